@@ -1,0 +1,42 @@
+"""cuvil-mlir: compile exported PyTorch models through the Cuvil dialect to IREE modules.
+
+    import cuvil_mlir
+    compiled = cuvil_mlir.compile(model, (x,), target="cpu")
+    y = compiled(x)
+    compiled.save("model.cuvilpkg")
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from cuvil_mlir.diagnostics import CuvilError  # noqa: E402
+
+
+def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns=(), disabled_passes=()):
+    """Compile an ``nn.Module`` (with example ``args``), an ``ExportedProgram`` or a ``.pt2`` path.
+
+    Returns a ``CompiledModel``. ``patterns`` are extra ``PatternSet``s run after raising;
+    ``disabled_passes`` names built-in passes to skip.
+    """
+    from cuvil_mlir.pipeline import Options, compile_program
+
+    options = Options(target=target, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=tuple(disabled_passes))
+    return compile_program(model, args, options)
+
+
+def lower(model, args=(), *, stage: str = "cuvil", target: str = "cpu", patterns=(), elide_weights: bool = True) -> str:
+    """The MLIR text of ``model`` after ``stage`` ("torch", "cuvil", "lowered")."""
+    from cuvil_mlir.pipeline import Options, compile_program
+
+    return compile_program(model, args, Options(target=target, patterns=tuple(patterns)), emit=stage, elide_weights=elide_weights).text
+
+
+def load(path):
+    """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile``."""
+    from cuvil_mlir.compiled import load as _load
+
+    return _load(path)
+
+
+__all__ = ["compile", "lower", "load", "CuvilError", "__version__"]

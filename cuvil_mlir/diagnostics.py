@@ -1,0 +1,53 @@
+"""Errors a user sees. Each says what failed, where, and (when known) how to reproduce it."""
+
+from __future__ import annotations
+
+
+class CuvilError(Exception):
+    """Base class of every error cuvil-mlir raises on purpose (CLI prints it as one line)."""
+
+    def __init__(self, message: str, *, repro: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.repro = repro
+
+    def __str__(self) -> str:
+        if self.repro:
+            return f"{self.message}\n  reproduce with: {self.repro}"
+        return self.message
+
+
+class ImportError_(CuvilError):
+    """The model could not be read or imported by torch-mlir."""
+
+
+class PassError(CuvilError):
+    """A Cuvil pass failed or left invalid IR."""
+
+
+class LoweringError(CuvilError):
+    """IR that cannot be handed to IREE (e.g. a Cuvil op nothing lowered)."""
+
+
+class CompileError(CuvilError):
+    """The IREE compiler rejected the module."""
+
+
+class PackageError(CuvilError):
+    """A .cuvilpkg file is missing, corrupt or not a cuvil package."""
+
+
+class InputError(CuvilError):
+    """Call-time inputs do not match the compiled signature."""
+
+
+class RuntimeFailure(CuvilError):
+    """The IREE runtime failed to load or run a module."""
+
+
+def location_text(loc) -> str:
+    """A short source location for messages (``file:line:col`` or the op's loc as printed)."""
+    text = str(loc)
+    if text.startswith("loc(") and text.endswith(")"):
+        text = text[4:-1]
+    return text

@@ -1,0 +1,88 @@
+"""Import PyTorch programs with torch-mlir's FX importer into a Cuvil context.
+
+Accepts an ``nn.Module`` with example args, a ``torch.export.ExportedProgram``, or the path
+of a ``.pt2`` file written by ``torch.export.save``. The ops Cuvil raises whole (linear,
+layer_norm, SDPA, activations) are kept out of the decomposition table and marked
+backend-legal so they arrive as single ops instead of primitive soups.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+from cuvil_mlir.diagnostics import ImportError_
+from cuvil_mlir.ir import ir
+
+# aten ops kept whole through import (raise patterns and IREE's torch input know them).
+KEPT_OPS = (
+    "linear", "layer_norm", "rms_norm", "scaled_dot_product_attention", "gelu", "silu",
+)
+
+
+def load_exported_program(path: str | os.PathLike):
+    import torch
+
+    path = Path(path)
+    if not path.exists():
+        raise ImportError_(f"model file not found: {path}")
+    if path.is_dir():
+        raise ImportError_(f"expected a .pt2 file, got a directory: {path}")
+    if not zipfile.is_zipfile(path):
+        raise ImportError_(f"{path} is not a model: expected a .pt2 archive written by torch.export.save")
+    try:
+        return torch.export.load(str(path))
+    except Exception as e:
+        raise ImportError_(f"{path} is not a loadable torch.export program: {type(e).__name__}: {e}") from e
+
+
+def _decomposition_table():
+    import torch
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    kept = {getattr(torch.ops.aten, name) for name in KEPT_OPS if hasattr(torch.ops.aten, name)}
+    return {op: fn for op, fn in get_decomposition_table().items() if getattr(op, "overloadpacket", None) not in kept}
+
+
+def to_exported_program(model, args=(), kwargs=None, dynamic_shapes=None):
+    """Normalize the accepted model forms to an ExportedProgram."""
+    import torch
+
+    if isinstance(model, (str, os.PathLike)):
+        return load_exported_program(model)
+    if isinstance(model, torch.export.ExportedProgram):
+        return model
+    if isinstance(model, torch.nn.Module):
+        args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+        try:
+            return torch.export.export(model, args, kwargs or {}, dynamic_shapes=dynamic_shapes, strict=False)
+        except Exception as e:
+            raise ImportError_(f"torch.export failed for {type(model).__name__}: {type(e).__name__}: {_short(e)}") from e
+    raise ImportError_(
+        f"cannot compile a {type(model).__name__}: expected an nn.Module with example args, "
+        "a torch.export.ExportedProgram, or the path of a .pt2 file"
+    )
+
+
+def import_program(program, ctx: ir.Context, *, func_name: str = "main") -> ir.Module:
+    """ExportedProgram -> torch-dialect module (value semantics, weights as literals) in ``ctx``."""
+    from torch_mlir import fx
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    try:
+        return fx.export_and_import(
+            program,
+            output_type="torch",
+            fx_importer=FxImporter(context=ctx),
+            decomposition_table=_decomposition_table(),
+            backend_legal_ops=[f"aten.{name}" for name in KEPT_OPS],
+            func_name=func_name,
+        )
+    except Exception as e:
+        raise ImportError_(f"torch-mlir could not import the program: {type(e).__name__}: {_short(e)}") from e
+
+
+def _short(e: Exception, limit: int = 600) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[:limit] + " ..."

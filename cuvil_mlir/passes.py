@@ -1,0 +1,124 @@
+"""Passes by name: the registry, pipeline strings, and running passes with repro dumps.
+
+A pass is either a ``PatternSet`` (applied greedily) or a ``FunctionPass`` (a function of
+the module). Both have a ``name`` (the pass name, the module file name with dashes, and
+the lit test's name) and return a Counter of what fired.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Union
+
+from cuvil_mlir.diagnostics import CuvilError, PassError
+from cuvil_mlir.ir import ir, module_to_bytecode
+from cuvil_mlir.patterns import PatternFailure, PatternSet
+
+
+@dataclass(frozen=True)
+class FunctionPass:
+    name: str
+    run: Callable[[ir.Module], Counter]
+    description: str = ""
+
+
+Pass = Union[PatternSet, FunctionPass]
+
+
+def run_pass(p: Pass, module: ir.Module) -> Counter:
+    return p.apply(module) if isinstance(p, PatternSet) else p.run(module)
+
+
+class Registry:
+    def __init__(self, passes: Iterable[Pass] = ()):
+        self._passes: dict[str, Pass] = {}
+        for p in passes:
+            self.register(p)
+
+    def register(self, p: Pass, *, replace: bool = False) -> None:
+        if p.name in self._passes and not replace:
+            raise CuvilError(f"a pass named '{p.name}' is already registered")
+        self._passes[p.name] = p
+
+    def get(self, name: str) -> Pass:
+        if name not in self._passes:
+            raise CuvilError(f"unknown pass '{name}'; known passes: {', '.join(sorted(self._passes))}")
+        return self._passes[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._passes)
+
+    def copy(self) -> "Registry":
+        return Registry(self._passes.values())
+
+
+_PASS_NAME = re.compile(r"^[a-z0-9][a-z0-9+-]*$")
+
+
+def parse_pipeline(text: str) -> list[str]:
+    """``"raise-torch-to-cuvil, lower-cuvil-to-torch"`` -> the list of pass names."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for n in names:
+        if not _PASS_NAME.match(n):
+            raise CuvilError(f"malformed pass name '{n}' in pipeline '{text}' (expected lower-case-with-dashes)")
+    return names
+
+
+def load_pattern_file(path: str | os.PathLike) -> list[PatternSet]:
+    """Import a user's Python file and return the PatternSets it defines at top level."""
+    path = Path(path)
+    if not path.is_file():
+        raise CuvilError(f"pattern file not found: {path}")
+    spec = importlib.util.spec_from_file_location(f"cuvil_user_patterns_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise CuvilError(f"failed to import pattern file {path}: {type(e).__name__}: {e}") from e
+    sets = [v for v in vars(module).values() if isinstance(v, PatternSet)]
+    if not sets:
+        raise CuvilError(f"pattern file {path} defines no PatternSet at top level")
+    return sets
+
+
+def run_pipeline(module: ir.Module, passes: list[Pass], *, repro_dir: str | None = None) -> dict[str, Counter]:
+    """Run passes in order, verifying after each. On failure the pass's input is written
+    to a file and the error carries the ``cuvil-opt`` command that reproduces it."""
+    fired: dict[str, Counter] = {}
+    for p in passes:
+        before = module_to_bytecode(module)
+        try:
+            fired[p.name] = run_pass(p, module)
+            _verify(module, p.name)
+        except (PatternFailure, PassError, ir.MLIRError) as e:
+            raise _with_repro(e, p, before, repro_dir) from e
+        except CuvilError:
+            raise
+    return fired
+
+
+def _verify(module: ir.Module, pass_name: str) -> None:
+    try:
+        module.operation.verify()
+    except ir.MLIRError as e:
+        raise PassError(f"pass '{pass_name}' produced invalid IR: {_diagnostics_text(e)}") from e
+
+
+def _diagnostics_text(e: ir.MLIRError) -> str:
+    notes = [f"{d.location}: {d.message}" for d in getattr(e, "error_diagnostics", [])]
+    return "; ".join(notes) if notes else str(e)
+
+
+def _with_repro(e: Exception, p: Pass, before: bytes, repro_dir: str | None) -> PassError:
+    directory = repro_dir or tempfile.gettempdir()
+    fd, path = tempfile.mkstemp(prefix=f"cuvil-repro-{p.name}-", suffix=".mlirbc", dir=directory)
+    with os.fdopen(fd, "wb") as f:
+        f.write(before)
+    message = str(e) if isinstance(e, PassError) else f"pass '{p.name}' failed: {e}"
+    return PassError(message, repro=f"cuvil-opt {path} -p {p.name}")

@@ -1,0 +1,68 @@
+"""The call signature of a compiled model: input and output tensor specs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cuvil_mlir.diagnostics import InputError
+from cuvil_mlir.ir import ir
+from cuvil_mlir.tensor_types import MLIR_TO_NUMPY, parse_vtensor
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int, ...]  # -1 = dynamic
+    dtype: str  # numpy dtype name
+
+    def describe(self) -> str:
+        dims = ", ".join("?" if d < 0 else str(d) for d in self.shape)
+        return f"{self.dtype}[{dims}]"
+
+    def to_json(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TensorSpec":
+        return cls(tuple(int(x) for x in d["shape"]), str(d["dtype"]))
+
+
+@dataclass(frozen=True)
+class Signature:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def to_json(self) -> dict:
+        return {"inputs": [s.to_json() for s in self.inputs], "outputs": [s.to_json() for s in self.outputs]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Signature":
+        return cls(tuple(TensorSpec.from_json(s) for s in d["inputs"]), tuple(TensorSpec.from_json(s) for s in d["outputs"]))
+
+    def check(self, arrays) -> None:
+        """Raise InputError naming the first input that does not fit."""
+        if len(arrays) != len(self.inputs):
+            expected = ", ".join(s.describe() for s in self.inputs)
+            raise InputError(f"expected {len(self.inputs)} input(s) ({expected}), got {len(arrays)}")
+        for i, (a, spec) in enumerate(zip(arrays, self.inputs)):
+            got_dtype = str(a.dtype)
+            if got_dtype != spec.dtype:
+                raise InputError(f"input {i}: expected dtype {spec.dtype}, got {got_dtype}")
+            if len(a.shape) != len(spec.shape) or any(e >= 0 and e != g for e, g in zip(spec.shape, a.shape)):
+                raise InputError(f"input {i}: expected shape {spec.describe()}, got {got_dtype}{list(a.shape)}")
+
+
+def spec_from_type(type_text: str) -> TensorSpec:
+    info = parse_vtensor(type_text)
+    if info is None:
+        raise InputError(f"unsupported argument or result type {type_text} (only tensors are supported)")
+    return TensorSpec(info.shape, MLIR_TO_NUMPY.get(info.dtype, info.dtype))
+
+
+def signature_of(module, func_name: str = "main") -> Signature:
+    """Read the signature of ``func_name`` from a torch-dialect module."""
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and str(op.attributes["sym_name"]).strip('"') == func_name:
+            ftype = op.attributes["function_type"]
+            ft = ir.FunctionType(ir.TypeAttr(ftype).value)
+            return Signature(tuple(spec_from_type(str(t)) for t in ft.inputs), tuple(spec_from_type(str(t)) for t in ft.results))
+    raise InputError(f"the module has no function '{func_name}'")

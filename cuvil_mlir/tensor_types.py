@@ -1,0 +1,55 @@
+"""Reading ``!torch.vtensor`` types: shape (-1 for a dynamic dim) and dtype.
+
+The torch dialect has no Python type classes in the bindings, so the printed form is
+parsed. This is a pure leaf module (no MLIR objects are created).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_VTENSOR = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],([a-z0-9]+)>$")
+
+# torch dtype names <-> MLIR element type names used in !torch.vtensor.
+TORCH_TO_MLIR = {
+    "float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
+    "int64": "si64", "int32": "si32", "int16": "si16", "int8": "si8", "uint8": "ui8", "bool": "i1",
+}
+MLIR_TO_NUMPY = {
+    "f32": "float32", "f16": "float16", "f64": "float64", "bf16": "bfloat16",
+    "si64": "int64", "si32": "int32", "si16": "int16", "si8": "int8", "ui8": "uint8", "i1": "bool",
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(d >= 0 for d in self.shape)
+
+
+def parse_vtensor(type_text: str) -> TensorInfo | None:
+    """``"!torch.vtensor<[4,?],f32>"`` -> TensorInfo((4, -1), "f32"); None if not a ranked vtensor."""
+    m = _VTENSOR.match(type_text.strip())
+    if not m:
+        return None
+    dims = m.group(1)
+    shape = tuple(-1 if d.strip() == "?" else int(d) for d in dims.split(",")) if dims.strip() else ()
+    return TensorInfo(shape, m.group(2))
+
+
+def tensor_info(mlir_type) -> TensorInfo | None:
+    return parse_vtensor(str(mlir_type))
+
+
+def vtensor_type_text(shape, dtype: str) -> str:
+    dims = ",".join("?" if d < 0 else str(d) for d in shape)
+    return f"!torch.vtensor<[{dims}],{dtype}>"

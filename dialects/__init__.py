@@ -1,0 +1,1 @@
+"""Dialect declarations. Declarations know nothing of transforms (see lowering/)."""

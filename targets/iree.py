@@ -1,0 +1,58 @@
+"""The IREE compiler seam: the only module that imports ``iree.compiler``.
+
+Cuvil IR lives in torch-mlir's MLIR context; IREE bundles its own MLIR. IR objects never
+cross: the fully lowered module is written as bytecode (generic-form text if bytecode
+fails) and handed to the IREE compiler as bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+
+from cuvil_mlir.diagnostics import CompileError
+from cuvil_mlir.ir import ir, module_to_bytecode
+
+
+def serialize(module: ir.Module) -> bytes:
+    """Bytecode of the module, or its generic-form text when bytecode cannot be written."""
+    try:
+        return module_to_bytecode(module)
+    except Exception:
+        return module.operation.get_asm(print_generic_op_form=True, binary=True)
+
+
+def compiler_version() -> str:
+    from importlib.metadata import version
+
+    return version("iree-base-compiler")
+
+
+def compile_to_vmfb(module: ir.Module, flags: list[str], *, input_type: str = "torch") -> bytes:
+    """Compile a lowered module with IREE; a failure says why and how to reproduce it."""
+    from iree.compiler import CompilerToolError, compile_str
+
+    data = serialize(module)
+    try:
+        return compile_str(data, input_type=input_type, extra_args=list(flags))
+    except CompilerToolError as e:
+        path = _save_input(data)
+        first = _first_error(str(e))
+        cmd = " ".join(["iree-compile", shlex.quote(path), f"--iree-input-type={input_type}", *flags, "-o", "out.vmfb"])
+        raise CompileError(f"IREE failed to compile the module: {first}", repro=cmd) from e
+
+
+def _save_input(data: bytes) -> str:
+    fd, path = tempfile.mkstemp(prefix="cuvil-repro-iree-", suffix=".mlirbc")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return path
+
+
+def _first_error(text: str) -> str:
+    for line in text.splitlines():
+        if "error:" in line:
+            return line.strip()
+    lines = [l for l in text.splitlines() if l.strip()]
+    return lines[0] if lines else "unknown error"
