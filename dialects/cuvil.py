@@ -275,9 +275,10 @@ def conv2d(result_type, input, weight, bias=None, *, stride, padding, dilation, 
 
 
 def attention(result_type, q, k, v, mask=None, *, scale: float, is_causal: bool):
-    return AttentionOp(
-        result_type, q, k, v, ir.FloatAttr.get(ir.F64Type.get(), scale), ir.BoolAttr.get(is_causal), mask=mask
-    ).result
+    op = AttentionOp(result_type, q, k, v, ir.FloatAttr.get(ir.F64Type.get(), scale), ir.BoolAttr.get(True), mask=mask)
+    # ext's builder drops falsy attributes (BoolAttr false reads as "absent"): set it afterwards.
+    op.attributes["is_causal"] = ir.BoolAttr.get(is_causal)
+    return op.result
 
 
 def norm(result_type, x, weight=None, bias=None, *, kind: str, eps: float, normalized_shape):

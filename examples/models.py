@@ -1,0 +1,105 @@
+"""Small real models used by the README example, the end-to-end tests and the benchmarks.
+
+Weights are random (nothing is downloaded); Hugging Face architectures are built from configs.
+Each builder returns ``(model in eval mode, example inputs tuple)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in=64, d_hidden=256, d_out=32):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, d_hidden)
+        self.fc2 = nn.Linear(d_hidden, d_hidden)
+        self.fc3 = nn.Linear(d_hidden, d_out)
+
+    def forward(self, x):
+        return self.fc3(F.silu(self.fc2(F.gelu(self.fc1(x)))))
+
+
+class SmallCNN(nn.Module):
+    """conv + batchnorm + relu blocks, then a linear classifier."""
+
+    def __init__(self, channels=(3, 16, 32), classes=10):
+        super().__init__()
+        layers = []
+        for c_in, c_out in zip(channels, channels[1:]):
+            layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU(), nn.MaxPool2d(2)]
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(channels[-1], classes)
+
+    def forward(self, x):
+        return self.head(self.features(x).mean(dim=(2, 3)))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm GPT-style block: LayerNorm, fused QKV linear, causal SDPA, GELU MLP."""
+
+    def __init__(self, d_model=64, n_heads=4, mlp_ratio=4):
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.fc = nn.Linear(d_model, mlp_ratio * d_model)
+        self.out = nn.Linear(mlp_ratio * d_model, d_model)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=-1)
+        heads = lambda z: z.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)  # noqa: E731
+        a = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, c))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+def mlp(batch=8):
+    torch.manual_seed(0)
+    return MLP().eval(), (torch.randn(batch, 64),)
+
+
+def small_cnn(batch=2, size=32):
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    with torch.no_grad():  # non-trivial running statistics, so folding/lowering BN is really tested
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+    return model, (torch.randn(batch, 3, size, size),)
+
+
+def transformer_block(batch=2, seq=16, d_model=64):
+    torch.manual_seed(0)
+    return TransformerBlock(d_model).eval(), (torch.randn(batch, seq, d_model),)
+
+
+class _LogitsOnly(nn.Module):
+    """Hugging Face models return ModelOutput objects; export the logits tensor only."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+def gpt2(layers=2, d_model=64, heads=4, vocab=256, seq=16, batch=1):
+    """A Hugging Face GPT-2 built from a config with random weights."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=layers, n_embd=d_model, n_head=heads, vocab_size=vocab, n_positions=max(64, seq),
+                        attn_implementation="sdpa", bos_token_id=0, eos_token_id=0)
+    model = _LogitsOnly(GPT2LMHeadModel(config)).eval()
+    return model, (torch.randint(0, vocab, (batch, seq)),)
+
+
+E2E_MODELS = {"mlp": mlp, "cnn": small_cnn, "transformer": transformer_block, "gpt2": gpt2}
