@@ -102,4 +102,34 @@ def gpt2(layers=2, d_model=64, heads=4, vocab=256, seq=16, batch=1):
     return model, (torch.randint(0, vocab, (batch, seq)),)
 
 
-E2E_MODELS = {"mlp": mlp, "cnn": small_cnn, "transformer": transformer_block, "gpt2": gpt2}
+class _HiddenStates(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids).last_hidden_state
+
+
+def bert(layers=2, d_model=64, heads=4, vocab=256, seq=16, batch=1):
+    """A Hugging Face BERT encoder from a config (non-persistent position-id buffers)."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(num_hidden_layers=layers, hidden_size=d_model, num_attention_heads=heads,
+                        intermediate_size=4 * d_model, vocab_size=vocab, attn_implementation="sdpa")
+    return _HiddenStates(BertModel(config)).eval(), (torch.randint(0, vocab, (batch, seq)),)
+
+
+def llama(layers=2, d_model=64, heads=4, kv_heads=2, vocab=256, seq=16, batch=1):
+    """A Hugging Face Llama from a config: RMSNorm, rotary embeddings, grouped KV heads, SwiGLU."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(num_hidden_layers=layers, hidden_size=d_model, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, intermediate_size=4 * d_model, vocab_size=vocab,
+                         attn_implementation="sdpa", bos_token_id=0, eos_token_id=0)
+    return _LogitsOnly(LlamaForCausalLM(config)).eval(), (torch.randint(0, vocab, (batch, seq)),)
+
+
+E2E_MODELS = {"mlp": mlp, "cnn": small_cnn, "transformer": transformer_block, "gpt2": gpt2, "bert": bert, "llama": llama}

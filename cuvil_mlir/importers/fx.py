@@ -9,6 +9,7 @@ backend-legal so they arrive as single ops instead of primitive soups.
 from __future__ import annotations
 
 import os
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -71,16 +72,33 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main") -> ir.M
     from torch_mlir.extras.fx_importer import FxImporter
 
     try:
-        return fx.export_and_import(
-            program,
-            output_type="torch",
-            fx_importer=FxImporter(context=ctx),
-            decomposition_table=_decomposition_table(),
-            backend_legal_ops=[f"aten.{name}" for name in KEPT_OPS],
-            func_name=func_name,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecation noise
+            program = _with_non_persistent_buffers(program.run_decompositions(_decomposition_table()))
+            return fx.export_and_import(
+                program,
+                output_type="torch",
+                fx_importer=FxImporter(context=ctx),
+                decomposition_table={},  # already decomposed above
+                backend_legal_ops=[f"aten.{name}" for name in KEPT_OPS],
+                func_name=func_name,
+            )
     except Exception as e:
         raise ImportError_(f"torch-mlir could not import the program: {type(e).__name__}: {_short(e)}") from e
+
+
+def _with_non_persistent_buffers(program):
+    """torch.export keeps non-persistent buffers (BERT's position ids, Llama's rotary
+    frequencies) in ``program.constants``, but torch-mlir's frozen import looks for every
+    buffer in ``state_dict`` ("Could not find state mapping for buffer"). Give the
+    importer a state dict that has them. ``program`` is our own decomposed copy, so the
+    user's program is not modified."""
+    buffers = program.graph_signature.inputs_to_buffers.values()
+    missing = {name: program.constants[name] for name in buffers
+               if name not in program.state_dict and name in program.constants}
+    if missing:
+        program._state_dict = {**program.state_dict, **missing}
+    return program
 
 
 def _short(e: Exception, limit: int = 600) -> str:

@@ -12,13 +12,15 @@ import models
 pytestmark = pytest.mark.slow
 
 # float32 relative error budgets (max abs error / max abs reference value).
-TOLERANCE = {"mlp": 1e-5, "cnn": 1e-5, "transformer": 1e-4, "gpt2": 1e-4}
+TOLERANCE = {"mlp": 1e-5, "cnn": 1e-5, "transformer": 1e-4, "gpt2": 1e-4, "bert": 1e-4, "llama": 1e-4}
 # The Cuvil ops each model's "cuvil" stage must show.
 EXPECTED_OPS = {
     "mlp": {"cuvil.linear"},
     "cnn": {"cuvil.conv2d", "cuvil.linear"},
     "transformer": {"cuvil.linear", "cuvil.attention", "cuvil.norm"},
     "gpt2": {"cuvil.linear", "cuvil.attention", "cuvil.norm"},
+    "bert": {"cuvil.linear", "cuvil.attention", "cuvil.norm"},
+    "llama": {"cuvil.linear", "cuvil.attention"},  # its RMSNorm is written by hand (a fusion pattern's job)
 }
 
 
@@ -46,7 +48,7 @@ def test_fresh_inputs_and_numpy(compiled):
     """Not only the example input: new values, passed as numpy, come back as numpy."""
     name, model, args, cm = compiled
     torch.manual_seed(1)
-    fresh = [torch.randint_like(a, 0, 200) if not a.is_floating_point() else torch.randn_like(a) * 3 for a in args]
+    fresh = [torch.randint_like(a, 0, 250) if not a.is_floating_point() else torch.randn_like(a) * 3 for a in args]
     with torch.no_grad():
         ref = model(*fresh).numpy()
     got = cm(*[a.numpy() for a in fresh])

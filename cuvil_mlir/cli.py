@@ -1,0 +1,554 @@
+"""The command line: ``cuvil`` (compile, run, inspect, passes) and ``cuvil-opt`` (passes on IR files).
+
+    cuvil compile model.pt2 -o model.cuvilpkg [--target cpu] [-O3] [--emit cuvil] [--patterns my.py]
+    cuvil run model.cuvilpkg --input x.npy [--output y.npy]
+    cuvil inspect model.cuvilpkg [--json]
+    cuvil passes
+    cuvil-opt file.mlir -p raise-torch-to-cuvil,lower-cuvil-to-torch [--split-input-file] [-o out.mlir]
+
+Every error a user can cause prints one line ``cuvil: error: ...`` (plus ``reproduce with:``
+when a repro exists) and exits 1; usage errors exit 2; anything else is an internal error,
+printed as one line too unless ``--verbose`` asks for the traceback. Heavy modules (torch,
+IREE) are imported inside the commands that need them, so ``inspect`` and ``passes`` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import traceback
+import warnings
+from pathlib import Path
+
+from cuvil_mlir import __version__
+from cuvil_mlir.diagnostics import CuvilError, InputError, location_text
+
+SPLIT_MARKER = "// -----"
+_BYTECODE_MAGIC = b"ML\xefR"
+
+
+# ---------------------------------------------------------------------------------------
+# Entry points.
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``cuvil``: compile, run, inspect packages, list passes."""
+    parser = _cuvil_parser()
+    args = _parse_args(parser, argv)
+    if isinstance(args, int):
+        return args
+    return _guarded("cuvil", args, lambda: args.command(args, parser))
+
+
+def opt_main(argv: list[str] | None = None) -> int:
+    """``cuvil-opt``: parse an MLIR file, run named passes, print the result (like mlir-opt)."""
+    parser = _opt_parser()
+    args = _parse_args(parser, argv)
+    if isinstance(args, int):
+        return args
+    return _guarded("cuvil-opt", args, lambda: _opt(args))
+
+
+def _parse_args(parser: argparse.ArgumentParser, argv):
+    """The parsed namespace, or the exit code argparse chose (2 for usage errors, 0 for --help)."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+
+
+def _guarded(prog: str, args, run) -> int:
+    """Run a command; turn every exception into one readable line and an exit code."""
+    verbose = getattr(args, "verbose", False)
+    if not verbose:  # torch's own deprecation noise is not the user's business
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+    try:
+        return run()
+    except SystemExit as e:  # parser.error() inside a command
+        return e.code if isinstance(e.code, int) else 2
+    except CuvilError as e:
+        if verbose:
+            traceback.print_exc()
+        _report(prog, e)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `cuvil-opt big.mlir | head`
+        return 1
+    except Exception as e:
+        if verbose:
+            traceback.print_exc()
+        hint = "" if verbose else "; rerun with --verbose for the traceback"
+        print(f"{prog}: internal error: {type(e).__name__}: {_one_line(str(e))}{hint}", file=sys.stderr)
+        return 1
+
+
+def _report(prog: str, e: CuvilError) -> None:
+    for line in _error_lines(e):
+        print(f"{prog}: {line}", file=sys.stderr)
+    if e.repro:
+        print(f"  reproduce with: {e.repro}", file=sys.stderr)
+
+
+def _error_lines(e: CuvilError) -> list[str]:
+    """``error: ...`` lines: one per MLIR diagnostic for a parse failure, else exactly one."""
+    if isinstance(e, _ParseFailure):
+        return e.lines
+    return [f"error: {_one_line(e.message)}"]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+# ---------------------------------------------------------------------------------------
+# cuvil: the argument parser.
+
+
+def _cuvil_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks and warnings")
+
+    parser = argparse.ArgumentParser(prog="cuvil", description="Compile exported PyTorch models to IREE modules "
+                                     "through the Cuvil dialect, and run them.")
+    parser.add_argument("--version", action="version", version=f"cuvil-mlir {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", default=False, help="show tracebacks and warnings")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("compile", parents=[common], help="compile a .pt2 model into a .cuvilpkg",
+                       description="Compile a model saved with torch.export.save into a .cuvilpkg, "
+                       "or print the IR of one stage with --emit.")
+    p.add_argument("model", metavar="MODEL.pt2", help="a .pt2 file written by torch.export.save")
+    p.add_argument("-o", "--output", metavar="OUT", help="the .cuvilpkg to write (with --emit: the IR file; default stdout)")
+    p.add_argument("--target", default="cpu", help="target, e.g. cpu, cpu:znver4 (default: cpu)")
+    p.add_argument("-O", dest="opt_level", type=int, choices=(0, 1, 2, 3), default=3, metavar="N",
+                   help="optimization level -O0..-O3 (default: -O3)")
+    p.add_argument("--emit", metavar="STAGE", help="print the IR after STAGE (torch, cuvil, lowered) instead of compiling")
+    p.add_argument("--elide-weights", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --emit: hide large constants (default: on for stdout, off for -o)")
+    p.add_argument("--patterns", action="append", default=[], metavar="FILE.py",
+                   help="a Python file of PatternSets to run after raising (repeatable)")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
+                   help="skip a built-in pass (repeatable; for A/B comparisons)")
+    p.set_defaults(command=_compile)
+
+    p = sub.add_parser("run", parents=[common], help="run a .cuvilpkg on .npy inputs",
+                       description="Load a .cuvilpkg, call it with .npy inputs and write or print the outputs.")
+    p.add_argument("package", metavar="PKG", help="a .cuvilpkg file")
+    p.add_argument("--input", "-i", action="append", default=[], metavar="X.npy", help="an input array, in order (repeatable)")
+    p.add_argument("--output", "-o", action="append", default=[], metavar="Y.npy",
+                   help="where to write an output, in order (one per output; default: print a summary)")
+    p.set_defaults(command=_run)
+
+    p = sub.add_parser("inspect", parents=[common], help="show what a .cuvilpkg holds",
+                       description="Print a .cuvilpkg's metadata: format, targets, signature, versions, patterns.")
+    p.add_argument("package", metavar="PKG", help="a .cuvilpkg file")
+    p.add_argument("--json", action="store_true", help="print metadata.json as it is stored")
+    p.set_defaults(command=_inspect)
+
+    p = sub.add_parser("passes", parents=[common], help="list the registered passes and their patterns",
+                       description="List every registered pass with its description and patterns (before -> after).")
+    p.add_argument("--patterns", action="append", default=[], metavar="FILE.py", help="also list the passes a pattern file defines")
+    p.set_defaults(command=_passes)
+    return parser
+
+
+# ---------------------------------------------------------------------------------------
+# cuvil compile
+
+
+def _compile(args, parser) -> int:
+    from cuvil_mlir.pipeline import Options, compile_program
+
+    if args.emit is None and not args.output:
+        parser.error("compile needs -o OUT.cuvilpkg (or --emit STAGE to print IR)")
+    pattern_files, patterns = _load_patterns(args.patterns)
+    options = Options(target=args.target, opt_level=args.opt_level, patterns=tuple(patterns),
+                      disabled_passes=tuple(args.disable_pass))
+    if args.output:
+        _check_writable(Path(args.output))
+    _quiet_torch_logs(args)
+    try:
+        if args.emit is not None:
+            elide = args.elide_weights if args.elide_weights is not None else not args.output
+            emitted = compile_program(args.model, (), options, emit=args.emit, elide_weights=elide)
+            _write_text(emitted.text, args.output)
+            return 0
+        compiled = compile_program(args.model, (), options)
+    except CuvilError as e:
+        if "warnings above" in e.message and not getattr(args, "verbose", False):
+            e.message += " (rerun with --verbose to see them)"
+        raise _with_pattern_files(e, pattern_files) from e
+    compiled.save(args.output)
+    _print_compile_summary(args.model, args.output, compiled.metadata)
+    return 0
+
+
+def _print_compile_summary(model: str, output: str, meta: dict) -> None:
+    from cuvil_mlir.signature import Signature
+
+    seconds = meta.get("compile_seconds", {})
+    stages = ", ".join(f"{k} {v:.2f}" for k, v in seconds.items())
+    print(f"compiled {model} -> {output} ({_size(Path(output).stat().st_size)})")
+    print(f"  target:     {meta['target']} (O{meta['opt_level']})")
+    print(f"  signature:  {_describe_signature(Signature.from_json(meta['signature']))}")
+    print(f"  patterns:   {_describe_fired(meta.get('patterns_fired', {}))}")
+    print(f"  seconds:    {sum(seconds.values()):.2f} ({stages})")
+
+
+def _quiet_torch_logs(args) -> None:
+    """torch.export.load logs a whole traceback as a warning before it raises; the error
+    we print already says what failed, so that log only shows with --verbose."""
+    import logging
+
+    import torch  # noqa: F401  (torch configures its loggers on import: set levels after it)
+
+    if not getattr(args, "verbose", False):
+        logging.getLogger("torch.export").setLevel(logging.ERROR)
+
+
+def _check_writable(path: Path) -> None:
+    if path.is_dir():
+        raise CuvilError(f"output path {path} is a directory")
+    if not path.parent.is_dir():
+        raise CuvilError(f"output directory {path.parent} does not exist")
+
+
+def _write_text(text: str, output: str | None) -> None:
+    if output:
+        Path(output).write_text(text)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _load_patterns(files: list[str]):
+    """(the files, the PatternSets they define), each file's sets in definition order."""
+    from cuvil_mlir.passes import load_pattern_file
+
+    sets = []
+    for f in files:
+        sets += load_pattern_file(f)
+    return [str(Path(f).resolve()) for f in files], sets
+
+
+def _with_pattern_files(e: CuvilError, pattern_files: list[str]) -> CuvilError:
+    """A repro through ``cuvil-opt`` needs the user's pattern files to know their passes."""
+    if not (e.repro and e.repro.startswith("cuvil-opt") and pattern_files):
+        return e
+    e.repro += "".join(f" --load-patterns {f}" for f in pattern_files)
+    return e
+
+
+# ---------------------------------------------------------------------------------------
+# cuvil run
+
+
+def _run(args, parser) -> int:
+    import numpy as np
+
+    from cuvil_mlir import load
+
+    compiled = load(args.package)
+    n_out = len(compiled.signature.outputs)
+    if args.output and len(args.output) != n_out:
+        raise InputError(f"the model has {n_out} output(s) but {len(args.output)} --output path(s) were given")
+    arrays = [_read_npy(p) for p in args.input]
+    result = compiled(*arrays)
+    outputs = list(result) if isinstance(result, tuple) else [result]
+    if args.output:
+        for i, (path, out) in enumerate(zip(args.output, outputs)):
+            np.save(path, out)
+            print(f"wrote output {i}: {_describe_array(out)} -> {path}")
+        return 0
+    for i, out in enumerate(outputs):
+        print(f"output {i}: {_describe_array(out)} {_preview(out)}")
+    return 0
+
+
+def _read_npy(path: str):
+    import numpy as np
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"input file not found: {p}")
+    with open(p, "rb") as f:
+        magic = f.read(6)
+    if magic != b"\x93NUMPY" and magic[:2] != b"PK":
+        raise InputError(f"{p} is not a .npy array file (no NumPy header); write inputs with numpy.save")
+    try:
+        array = np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise InputError(f"{p} is not a .npy array file: {_one_line(str(e))}") from e
+    if not isinstance(array, np.ndarray):  # an .npz archive
+        raise InputError(f"{p} is an .npz archive; pass each array as its own .npy file")
+    return array
+
+
+def _describe_array(a) -> str:
+    return f"{a.dtype}[{', '.join(str(d) for d in a.shape)}]"
+
+
+def _preview(a, count: int = 6) -> str:
+    import numpy as np
+
+    flat = np.asarray(a).ravel()
+    values = np.array2string(flat[:count], precision=5, separator=", ", max_line_width=10_000)
+    return values[:-1] + ", ...]" if flat.size > count else values
+
+
+# ---------------------------------------------------------------------------------------
+# cuvil inspect
+
+
+def _inspect(args, parser) -> int:
+    from cuvil_mlir import package
+
+    meta, modules = package.read(args.package)
+    if args.json:
+        print(json.dumps(meta, indent=2, sort_keys=True))
+        return 0
+    print(f"package:     {args.package} ({_size(Path(args.package).stat().st_size)})")
+    print(f"format:      {meta['format']} version {meta['format_version']}")
+    if "created" in meta:
+        print(f"created:     {meta['created']}")
+    print(f"function:    {meta.get('function', 'main')}")
+    print(f"signature:   {_signature_text(meta)}")
+    if "opt_level" in meta:
+        print(f"opt level:   O{meta['opt_level']}")
+    print("modules:")
+    for entry, m in zip(meta["modules"], modules):
+        print(f"  {m.target}: {entry['file']}, {_size(len(m.vmfb))}, driver {m.driver}, sha256 {entry['sha256'][:16]}")
+        print(f"    iree flags: {' '.join(m.iree_flags) or '(none)'}")
+    print(f"patterns:    {_describe_fired(meta.get('patterns_fired', {}))}")
+    seconds = meta.get("compile_seconds", {})
+    if seconds:
+        print(f"seconds:     {sum(seconds.values()):.2f} ({', '.join(f'{k} {v:.2f}' for k, v in seconds.items())})")
+    versions = meta.get("versions", {})
+    if versions:
+        print(f"versions:    {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}")
+    return 0
+
+
+def _signature_text(meta: dict) -> str:
+    from cuvil_mlir.diagnostics import PackageError
+    from cuvil_mlir.signature import Signature
+
+    try:
+        return _describe_signature(Signature.from_json(meta["signature"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise PackageError(f"the package's metadata.json has a malformed signature ({type(e).__name__}: {e})") from e
+
+
+# ---------------------------------------------------------------------------------------
+# cuvil passes
+
+
+def _passes(args, parser) -> int:
+    from cuvil_mlir.patterns import PatternSet
+
+    registry = _registry(args.patterns)
+    for name in registry.names():
+        p = registry.get(name)
+        print(f"{name}: {p.description or '(no description)'}")
+        if not isinstance(p, PatternSet):
+            continue
+        width = max((len(pat.name) for pat in p.patterns), default=0)
+        for pat in p.patterns:
+            print(f"  {pat.name:<{width}}  on {pat.root}: {pat.rewrite_doc or '(no docstring)'}")
+    return 0
+
+
+def _registry(pattern_files: list[str]):
+    """The built-in passes plus every PatternSet the files define (under its own name)."""
+    from cuvil_mlir.lowering import builtin_registry
+
+    registry = builtin_registry()
+    for p in _load_patterns(pattern_files)[1]:
+        registry.register(p)
+    return registry
+
+
+# ---------------------------------------------------------------------------------------
+# cuvil-opt
+
+
+def _opt_parser() -> argparse.ArgumentParser:
+    from cuvil_mlir.lowering import builtin_registry
+
+    parser = argparse.ArgumentParser(
+        prog="cuvil-opt",
+        description="Parse an MLIR file (text or bytecode) into a Cuvil context, run passes, print the result.",
+        epilog="built-in passes: " + ", ".join(builtin_registry().names()),
+    )
+    parser.add_argument("input", metavar="FILE", nargs="?", default="-", help="MLIR text or bytecode; '-' = stdin (default)")
+    parser.add_argument("-p", "--passes", "--pass-pipeline", dest="passes", default="", metavar="PASSES",
+                        help="comma-separated pass names, run in order")
+    parser.add_argument("-o", "--output", metavar="OUT", help="write the result here (default stdout)")
+    parser.add_argument("--split-input-file", action="store_true",
+                        help=f"process each '{SPLIT_MARKER}'-separated chunk on its own")
+    parser.add_argument("--load-patterns", action="append", default=[], metavar="FILE.py",
+                        help="register the PatternSets a Python file defines as passes (repeatable)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"cuvil-opt (cuvil-mlir {__version__})")
+    return parser
+
+
+class _ParseFailure(CuvilError):
+    """MLIR text or bytecode that does not parse or verify; ``lines`` are its diagnostics."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__(" ".join(lines))
+        self.lines = lines
+
+
+def _opt(args) -> int:
+    from cuvil_mlir.passes import parse_pipeline
+
+    registry = _registry(args.load_patterns)
+    passes = [registry.get(name) for name in parse_pipeline(args.passes)]
+    pattern_files = [str(Path(f).resolve()) for f in args.load_patterns]
+    name = "<stdin>" if args.input == "-" else args.input
+    data = _read_input(args.input)
+
+    chunks = _split(data) if args.split_input_file and not data.startswith(_BYTECODE_MAGIC) else [data]
+    results, failed = [], False
+    for chunk in chunks:
+        try:
+            results.append(_opt_chunk(chunk, name, passes))
+        except CuvilError as e:
+            if not args.split_input_file:
+                raise _with_pattern_files(e, pattern_files)
+            failed = True
+            e = _with_pattern_files(e, pattern_files)
+            _report("cuvil-opt", e)
+            results.append("\n".join(f"// {line}" for line in _error_lines(e)))
+    _write_text(f"\n{SPLIT_MARKER}\n".join(r.rstrip("\n") for r in results) + "\n", args.output)
+    return 1 if failed else 0
+
+
+def _read_input(path: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read()
+    p = Path(path)
+    if not p.is_file():
+        raise CuvilError(f"input file not found: {p}" if not p.exists() else f"input is not a file: {p}")
+    return p.read_bytes()
+
+
+def _split(data: bytes) -> list[str]:
+    """Chunks between ``// -----`` lines, each padded with blank lines so that
+    line numbers in diagnostics are those of the whole file."""
+    text = _decode(data)
+    chunks, start, current = [], 0, []
+    for i, line in enumerate(text.splitlines(keepends=True)):
+        if line.strip() == SPLIT_MARKER:
+            chunks.append("\n" * start + "".join(current))
+            start, current = i + 1, []
+        else:
+            current.append(line)
+    chunks.append("\n" * start + "".join(current))
+    return chunks
+
+
+def _decode(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CuvilError(f"input is neither MLIR bytecode nor UTF-8 MLIR text ({e})") from e
+
+
+def _opt_chunk(chunk: str | bytes, name: str, passes) -> str:
+    from cuvil_mlir.context import make_context
+    from cuvil_mlir.ir import module_to_text
+    from cuvil_mlir.passes import run_pipeline
+
+    if isinstance(chunk, bytes) and not chunk.startswith(_BYTECODE_MAGIC):
+        chunk = _decode(chunk)
+    ctx = make_context()
+    module = _parse(chunk, ctx, name)
+    with ctx:
+        run_pipeline(module, passes)
+        return module_to_text(module)
+
+
+def _parse(source: str | bytes, ctx, name: str):
+    """Parse into ``ctx``; a failure becomes a _ParseFailure of ``error: FILE:LINE:COL: message`` lines."""
+    from cuvil_mlir.ir import ir, parse_module
+
+    try:
+        module = parse_module(source, ctx)
+    except ir.MLIRError as e:
+        raise _ParseFailure(_diagnostic_lines(e, name)) from e
+    with ctx:
+        _rename_locations(module, name)
+    return module
+
+
+def _diagnostic_lines(e, name: str) -> list[str]:
+    lines = []
+
+    def add(diag, depth: int) -> None:
+        severity = str(diag.severity).rsplit(".", 1)[-1].lower()
+        lines.append(f"{'  ' * depth}{severity}: {_location(diag.location, name)}: {diag.message}")
+        for note in diag.notes:
+            add(note, depth + 1)
+
+    for diag in e.error_diagnostics:
+        add(diag, 0)
+    return lines or [f"error: {_one_line(str(e))}"]
+
+
+_FILE_LOC = re.compile(r'^loc\("(.*)":(\d+):(\d+)\)$')
+
+
+def _location(loc, name: str) -> str:
+    """``loc("-":3:10)`` -> ``FILE:3:10`` (the parser names every buffer "-")."""
+    m = _FILE_LOC.match(str(loc))
+    if m is None:
+        return location_text(loc)
+    file = name if m.group(1) == "-" else m.group(1)
+    return f"{file}:{m.group(2)}:{m.group(3)}"
+
+
+def _rename_locations(module, name: str) -> None:
+    """Give ops parsed from buffer "-" the real file name, so pass errors say where."""
+    from cuvil_mlir.ir import ir
+
+    def visit(op):
+        loc = op.location
+        if getattr(loc, "filename", None) == "-":
+            op.location = ir.Location.file(name, loc.start_line, loc.start_col)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+
+
+# ---------------------------------------------------------------------------------------
+# Shared formatting.
+
+
+def _describe_signature(sig) -> str:
+    ins = ", ".join(s.describe() for s in sig.inputs)
+    outs = ", ".join(s.describe() for s in sig.outputs)
+    return f"({ins}) -> ({outs})"
+
+
+def _describe_fired(fired: dict) -> str:
+    parts = []
+    for pass_name, counts in fired.items():
+        items = ", ".join(f"{p} x{n}" for p, n in sorted(counts.items()))
+        parts.append(f"{pass_name}: {items}")
+    return "; ".join(parts) if parts else "none fired"
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"
