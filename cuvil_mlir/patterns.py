@@ -106,11 +106,37 @@ def _adapt(pattern: Pattern, fired: Counter):
             return True  # upstream convention: truthy = no match
         values = list(replacement) if isinstance(replacement, (list, tuple)) else [replacement]
         values = [v.result if isinstance(v, ir.OpView) else v for v in values]
+        producers = [defining_op(v) for v in op.operands]
         rewriter.replace_op(op, values)
+        _erase_dead(rewriter, producers)
         fired[pattern.name] += 1
         return False
 
     return callback
+
+
+def _is_value_semantic(op) -> bool:
+    """A torch/cuvil op that only computes values (no mutation, no side effects)."""
+    name = op.operation.name
+    if name.startswith("torch.runtime.") or name.endswith("_") or "overwrite" in name or name == "torch.prim.Print":
+        return False
+    if not (name.startswith(("torch.aten.", "torch.prim.", "torch.constant.", "torch.vtensor.", "cuvil."))):
+        return False
+    return all(not str(r.type).startswith("!torch.tensor") for r in op.results)
+
+
+def _erase_dead(rewriter, producers) -> None:
+    """Erase producers the rewrite left unused. MLIR's driver only erases ops it knows are
+    side-effect free, and torch ops do not declare that, so a pattern that consumes a chain
+    (e.g. ``mul(l, sigmoid(l))``) would otherwise leave the chain behind."""
+    work = [p for p in producers if p is not None]
+    while work:
+        op = work.pop()
+        if not _is_value_semantic(op) or any(num_uses(r) for r in op.results):
+            continue
+        operands = [defining_op(v) for v in op.operands]
+        rewriter.erase_op(op)
+        work.extend(p for p in operands if p is not None and p not in work)
 
 
 # ---------------------------------------------------------------------------------------
