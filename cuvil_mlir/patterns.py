@@ -129,7 +129,10 @@ def _erase_dead(rewriter, producers) -> None:
     """Erase producers the rewrite left unused. MLIR's driver only erases ops it knows are
     side-effect free, and torch ops do not declare that, so a pattern that consumes a chain
     (e.g. ``mul(l, sigmoid(l))``) would otherwise leave the chain behind."""
-    work = [p for p in producers if p is not None]
+    work = []
+    for p in producers:  # an op may feed several operands: visit it once
+        if p is not None and p not in work:
+            work.append(p)
     while work:
         op = work.pop()
         if not _is_value_semantic(op) or any(num_uses(r) for r in op.results):
