@@ -17,7 +17,7 @@ import json
 import os
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuvil_mlir.diagnostics import PackageError
@@ -32,6 +32,8 @@ class PackagedModule:
     driver: str
     iree_flags: tuple[str, ...]
     vmfb: bytes
+    passes: tuple[str, ...] = ()  # the Cuvil passes that produced it (with options)
+    patterns_fired: dict = field(default_factory=dict)
 
 
 def module_file_name(target_spec: str) -> str:
@@ -45,6 +47,7 @@ def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict
     for m in modules:
         entries.append({
             "target": m.target, "driver": m.driver, "iree_flags": list(m.iree_flags),
+            "passes": list(m.passes), "patterns_fired": m.patterns_fired,
             "file": module_file_name(m.target), "sha256": hashlib.sha256(m.vmfb).hexdigest(), "bytes": len(m.vmfb),
         })
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, **metadata, "modules": entries}
@@ -107,4 +110,5 @@ def _read_module(z: zipfile.ZipFile, names: set, entry: dict, path: Path) -> Pac
     data = z.read(file)
     if hashlib.sha256(data).hexdigest() != digest:
         raise PackageError(f"{path} is corrupt: module {file} for target '{target}' fails its sha256 check")
-    return PackagedModule(target, driver, flags, data)
+    passes = tuple(entry.get("passes", ()))
+    return PackagedModule(target, driver, flags, data, passes, dict(entry.get("patterns_fired", {})))

@@ -28,6 +28,26 @@ class FunctionPass:
     description: str = ""
 
 
+@dataclass(frozen=True)
+class ConfigurablePass:
+    """A pass with options: ``name{option=value}`` calls ``make(option=value)``.
+
+    ``options`` maps each option to its allowed values; the first is the default."""
+
+    name: str
+    make: Callable[..., "Pass"]
+    options: dict[str, tuple[str, ...]]
+    description: str = ""
+
+    def configure(self, given: dict[str, str]) -> "Pass":
+        for key, value in given.items():
+            if key not in self.options:
+                raise CuvilError(f"pass '{self.name}' has no option '{key}'; options: {', '.join(self.options)}")
+            if value not in self.options[key]:
+                raise CuvilError(f"pass '{self.name}': option {key}={value} is not one of {', '.join(self.options[key])}")
+        return self.make(**{k: given.get(k, allowed[0]) for k, allowed in self.options.items()})
+
+
 Pass = Union[PatternSet, FunctionPass]
 
 
@@ -35,39 +55,69 @@ def run_pass(p: Pass, module: ir.Module) -> Counter:
     return p.apply(module) if isinstance(p, PatternSet) else p.run(module)
 
 
+_SPEC = re.compile(r"^([a-z0-9][a-z0-9+-]*)(?:\{([^{}]*)\})?$")
+
+
+def parse_pass_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``"lower-cuvil-to-torch{attention=decomposed}"`` -> (name, {"attention": "decomposed"})."""
+    m = _SPEC.match(spec.strip())
+    if not m:
+        raise CuvilError(f"malformed pass '{spec}' (expected name or name{{option=value ...}})")
+    options = {}
+    for item in (m.group(2) or "").replace(",", " ").split():
+        key, eq, value = item.partition("=")
+        if not eq or not key or not value:
+            raise CuvilError(f"malformed option '{item}' in pass '{spec}' (expected option=value)")
+        options[key] = value
+    return m.group(1), options
+
+
 class Registry:
-    def __init__(self, passes: Iterable[Pass] = ()):
-        self._passes: dict[str, Pass] = {}
+    def __init__(self, passes: Iterable[Pass | ConfigurablePass] = ()):
+        self._passes: dict[str, Pass | ConfigurablePass] = {}
         for p in passes:
             self.register(p)
 
-    def register(self, p: Pass, *, replace: bool = False) -> None:
+    def register(self, p: Pass | ConfigurablePass, *, replace: bool = False) -> None:
         if p.name in self._passes and not replace:
             raise CuvilError(f"a pass named '{p.name}' is already registered")
         self._passes[p.name] = p
 
-    def get(self, name: str) -> Pass:
+    def get(self, spec: str) -> Pass:
+        """The pass for ``name`` or ``name{option=value ...}``."""
+        name, options = parse_pass_spec(spec)
         if name not in self._passes:
             raise CuvilError(f"unknown pass '{name}'; known passes: {', '.join(sorted(self._passes))}")
+        entry = self._passes[name]
+        if isinstance(entry, ConfigurablePass):
+            return entry.configure(options)
+        if options:
+            raise CuvilError(f"pass '{name}' takes no options, got {options}")
+        return entry
+
+    def entry(self, name: str) -> Pass | ConfigurablePass:
+        """The registered object (for listing), without configuring it."""
         return self._passes[name]
 
     def names(self) -> list[str]:
         return sorted(self._passes)
 
-    def copy(self) -> "Registry":
-        return Registry(self._passes.values())
-
-
-_PASS_NAME = re.compile(r"^[a-z0-9][a-z0-9+-]*$")
-
 
 def parse_pipeline(text: str) -> list[str]:
-    """``"raise-torch-to-cuvil, lower-cuvil-to-torch"`` -> the list of pass names."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for n in names:
-        if not _PASS_NAME.match(n):
-            raise CuvilError(f"malformed pass name '{n}' in pipeline '{text}' (expected lower-case-with-dashes)")
-    return names
+    """``"a, b{x=1 y=2}"`` -> ``["a", "b{x=1 y=2}"]``: pass specs split at top-level commas."""
+    specs, depth, current = [], 0, ""
+    for ch in text:
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            specs.append(current)
+            current = ""
+        else:
+            current += ch
+    specs.append(current)
+    specs = [s.strip() for s in specs if s.strip()]
+    for s in specs:
+        parse_pass_spec(s)  # validates
+    return specs
 
 
 def load_pattern_file(path: str | os.PathLike) -> list[PatternSet]:

@@ -15,22 +15,22 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import version
 
 from cuvil_mlir import __version__
 from cuvil_mlir.compiled import CompiledModel
 from cuvil_mlir.context import make_context
-from cuvil_mlir.diagnostics import CuvilError
+from cuvil_mlir.diagnostics import CompileError, CuvilError
 from cuvil_mlir.importers import fx
-from cuvil_mlir.ir import module_to_text
+from cuvil_mlir.ir import module_to_bytecode, module_to_text, parse_module
 from cuvil_mlir.lowering import builtin_registry
 from cuvil_mlir.package import PackagedModule
-from cuvil_mlir.passes import Pass, run_pipeline
+from cuvil_mlir.passes import Pass, parse_pass_spec, run_pipeline
 from cuvil_mlir.patterns import PatternSet
 from cuvil_mlir.signature import signature_of
-from cuvil_mlir.targets import iree, parse_target
+from cuvil_mlir.targets import iree, parse_targets
 
 IMPORT_STAGE = "torch"
 
@@ -49,24 +49,19 @@ class Emitted:
     text: str
 
 
-@dataclass
-class Timings:
-    seconds: dict[str, float] = field(default_factory=dict)
-
-
 def stage_names(target_spec: str = "cpu") -> list[str]:
-    target = parse_target(target_spec)
+    target = parse_targets(target_spec)[0]
     return [IMPORT_STAGE, *[name for name, _ in target.stages], "vmfb"]
 
 
 def compile_program(model, args=(), options: Options | None = None, *, emit: str | None = None, elide_weights: bool = True):
-    """Run the pipeline; returns a CompiledModel, or an Emitted when ``emit`` names a stage."""
+    """Run the pipeline; returns a CompiledModel (one module per target, in the order
+    given), or an Emitted when ``emit`` names a stage (of the first target)."""
     options = options or Options()
-    target = parse_target(options.target, opt_level=options.opt_level)
+    targets = parse_targets(options.target, opt_level=options.opt_level)
     valid = stage_names(options.target)
     if emit is not None and emit not in valid[:-1]:
         raise CuvilError(f"unknown stage '{emit}'; stages: {', '.join(valid[:-1])}")
-    timings: dict[str, float] = {}
 
     # import: torch-mlir's FX importer -> torch dialect (value semantics, weights as literals)
     start = time.perf_counter()
@@ -74,41 +69,89 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
     ctx = make_context()
     module = fx.import_program(program, ctx)
     signature = signature_of(module)
-    timings[IMPORT_STAGE] = time.perf_counter() - start
+    import_seconds = time.perf_counter() - start
     if emit == IMPORT_STAGE:
         return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
+    imported = module_to_bytecode(module)
 
-    # the target's stages: raise (+ user patterns), lower, verify
-    fired: dict[str, Counter] = {}
-    for stage, pass_names in target.stages:
-        start = time.perf_counter()
-        fired.update(run_pipeline(module, _stage_passes(stage, pass_names, options)))
-        timings[stage] = time.perf_counter() - start
-        if emit == stage:
-            return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
+    # per target: its stages on a fresh copy of the imported module, then IREE
+    built = []
+    for target in targets:
+        result = _compile_for_target(target, imported, ctx, options, emit, elide_weights)
+        if isinstance(result, Emitted):
+            return result
+        built.append(result)
 
-    # hand-off to IREE: bytecode across the seam, compiled with the target's flags
-    start = time.perf_counter()
-    flags = target.iree_flags()
-    vmfb = iree.compile_to_vmfb(module, flags)
-    timings["iree-compile"] = time.perf_counter() - start
-
+    first = built[0]
     metadata = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "function": "main",
         "signature": signature.to_json(),
-        "target": target.spec,
+        "target": first.module.target,
+        "targets": [b.module.target for b in built],
         "opt_level": options.opt_level,
-        "patterns_fired": {name: dict(c) for name, c in fired.items() if c},
-        "compile_seconds": {k: round(v, 4) for k, v in timings.items()},
+        "patterns_fired": first.fired,
+        "compile_seconds": {IMPORT_STAGE: round(import_seconds, 4), **first.seconds},
         "versions": _versions(),
     }
-    return CompiledModel([PackagedModule(target.spec, target.driver, tuple(flags), vmfb)], metadata)
+    return CompiledModel([b.module for b in built], metadata)
 
 
-def _stage_passes(stage: str, pass_names, options: Options) -> list[Pass]:
+@dataclass
+class _Built:
+    module: PackagedModule
+    fired: dict[str, dict[str, int]]
+    seconds: dict[str, float]
+
+
+def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, elide_weights):
+    """Run the target's stages and IREE; on an IREE failure retry with the target's
+    fallback stage lists (skipping any that lower to the same IR)."""
+    failures: list[tuple[tuple, CompileError]] = []
+    tried: set[bytes] = set()
+    for stages in target.variants():
+        module = parse_module(imported, ctx)
+        fired: dict[str, Counter] = {}
+        seconds: dict[str, float] = {}
+        for stage, pass_specs in stages:
+            start = time.perf_counter()
+            fired.update(run_pipeline(module, _stage_passes(stage, pass_specs, options)))
+            seconds[stage] = round(time.perf_counter() - start, 4)
+            if emit == stage:
+                return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
+        lowered = module_to_bytecode(module)
+        if lowered in tried:
+            continue
+        tried.add(lowered)
+
+        # hand-off to IREE: bytecode across the seam, compiled with the target's flags
+        start = time.perf_counter()
+        flags = target.iree_flags()
+        try:
+            vmfb = iree.compile_to_vmfb(module, flags)
+        except CompileError as e:
+            failures.append((stages, e))
+            continue
+        seconds["iree-compile"] = round(time.perf_counter() - start, 4)
+        passes = tuple(p for _, specs in stages for p in specs)
+        fired_json = {name: dict(c) for name, c in fired.items() if c}
+        return _Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json), fired_json, seconds)
+    raise _all_failed(target, failures)
+
+
+def _all_failed(target, failures) -> CompileError:
+    if len(failures) == 1:
+        return failures[0][1]
+    lines = [f"IREE failed to compile for target '{target.spec}' with every lowering tried:"]
+    for stages, e in failures:
+        passes = ", ".join(p for _, specs in stages for p in specs)
+        lines.append(f"  [{passes}] {e.message}")
+    return CompileError("\n".join(lines), repro=failures[0][1].repro)
+
+
+def _stage_passes(stage: str, pass_specs, options: Options) -> list[Pass]:
     registry = builtin_registry()
-    passes = [registry.get(n) for n in pass_names if n not in options.disabled_passes]
+    passes = [registry.get(spec) for spec in pass_specs if parse_pass_spec(spec)[0] not in options.disabled_passes]
     if stage == "cuvil":
         passes += list(options.patterns)
     return passes

@@ -7,7 +7,7 @@ from . import lower_cuvil_to_torch, raise_torch_to_cuvil, verify_no_cuvil
 
 BUILTIN_PASSES = (
     raise_torch_to_cuvil.patterns,
-    lower_cuvil_to_torch.patterns,
+    lower_cuvil_to_torch.PASS,
     FunctionPass(verify_no_cuvil.NAME, verify_no_cuvil.run, "fail if a Cuvil op reaches IREE"),
 )
 

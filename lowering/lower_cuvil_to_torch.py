@@ -1,5 +1,10 @@
-"""Pass ``lower-cuvil-to-torch``: every Cuvil op back to torch ops IREE's torch input compiles.
+"""Pass ``lower-cuvil-to-torch{attention=sdpa|decomposed}``: every Cuvil op back to torch
+ops IREE's torch input compiles.
 
+``attention`` picks how ``cuvil.attention`` is lowered: ``sdpa`` (one
+``aten.scaled_dot_product_attention``, which IREE turns into its fused attention kernel)
+or ``decomposed`` (matmul, scale, mask, softmax, matmul). Which one IREE compiles depends
+on the target and shapes (see docs/targets.md), so targets try them in order.
 Test: tests/lowering/lower-cuvil-to-torch.mlir.
 """
 
@@ -7,11 +12,13 @@ from __future__ import annotations
 
 from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.ir import ir
+from cuvil_mlir.passes import ConfigurablePass
 from cuvil_mlir.patterns import (
     PatternSet, build, info, torch_bool, torch_float, torch_int, torch_int_list, torch_none, torch_str, vtensor_type,
 )
 
-patterns = PatternSet("lower-cuvil-to-torch", description="cuvil ops -> torch ops for IREE's torch input")
+NAME = "lower-cuvil-to-torch"
+ATTENTION_LOWERINGS = ("sdpa", "decomposed")
 
 
 def _or_none(value):
@@ -28,14 +35,12 @@ def _activation(x, activation: str):
     return build(f"torch.aten.{activation}", [x], t)  # relu, silu, sigmoid
 
 
-@patterns.add("cuvil.linear")
 def linear(op, rewriter):
     """cuvil.linear(x, w, b) {activation} -> activation(aten.linear(x, w, b))"""
     y = build("torch.aten.linear", [op.input, op.weight, _or_none(op.bias)], op.result.type)
     return _activation(y, cuvil.activation_of(op))
 
 
-@patterns.add("cuvil.conv2d")
 def conv2d(op, rewriter):
     """cuvil.conv2d(x, w, b) {...} -> activation(aten.convolution(x, w, b, ...))"""
     lists = [torch_int_list(list(ir.DenseI64ArrayAttr(op.attributes[n]))) for n in ("stride", "padding", "dilation")]
@@ -45,8 +50,7 @@ def conv2d(op, rewriter):
     return _activation(y, cuvil.activation_of(op))
 
 
-@patterns.add("cuvil.attention")
-def attention(op, rewriter):
+def attention_sdpa(op, rewriter):
     """cuvil.attention(q, k, v, mask) {scale, is_causal} -> aten.scaled_dot_product_attention"""
     scale = ir.FloatAttr(op.attributes["scale"]).value
     causal = ir.BoolAttr(op.attributes["is_causal"]).value
@@ -54,7 +58,6 @@ def attention(op, rewriter):
     return build("torch.aten.scaled_dot_product_attention", operands, op.result.type)
 
 
-@patterns.add("cuvil.norm")
 def norm(op, rewriter):
     """cuvil.norm {kind = layer} -> aten.layer_norm;  {kind = rms} -> x * rsqrt(mean(x²) + eps) * w"""
     shape = list(ir.DenseI64ArrayAttr(op.attributes["normalized_shape"]))
@@ -75,3 +78,45 @@ def _rms_norm(x, weight, shape, eps, result_type):
     inv = build("torch.aten.rsqrt", [shifted], reduced)
     y = build("torch.aten.mul.Tensor", [x, inv], result_type)
     return y if weight is None else build("torch.aten.mul.Tensor", [y, weight], result_type)
+
+
+def attention_decomposed(op, rewriter):
+    """cuvil.attention(q, k, v, mask) -> matmul(softmax(matmul(q, kᵀ) · scale + mask), v)"""
+    q, k, v = info(op.q), info(op.k), info(op.v)
+    causal = ir.BoolAttr(op.attributes["is_causal"]).value
+    length, source = q.shape[-2], k.shape[-2]
+    if causal and (length < 0 or source < 0):
+        return None  # the causal mask is built with static sizes; keep the op for the sdpa lowering
+    scores_type = vtensor_type([*q.shape[:-1], source], q.dtype)
+    kt = build("torch.aten.transpose.int", [op.k, torch_int(-2), torch_int(-1)], vtensor_type([*k.shape[:-2], k.shape[-1], source], k.dtype))
+    scores = build("torch.aten.matmul", [op.q, kt], scores_type)
+    scores = build("torch.aten.mul.Scalar", [scores, torch_float(ir.FloatAttr(op.attributes["scale"]).value)], scores_type)
+    if op.mask is not None:
+        scores = _apply_mask(scores, op.mask, scores_type)
+    if causal:
+        bool_type = vtensor_type([length, source], "i1")
+        ones = build("torch.aten.ones", [torch_int_list([length, source]), torch_int(11), torch_none(), torch_none(), torch_none()], bool_type)
+        keep = build("torch.aten.tril", [ones, torch_int(0)], bool_type)
+        scores = build("torch.aten.where.ScalarOther", [keep, scores, torch_float(float("-inf"))], scores_type)
+    probs = build("torch.aten.softmax.int", [scores, torch_int(-1), torch_none()], scores_type)
+    return build("torch.aten.matmul", [probs, op.v], op.result.type)
+
+
+def _apply_mask(scores, mask, scores_type):
+    """Boolean masks keep where true; float masks are added."""
+    if info(mask).dtype == "i1":
+        return build("torch.aten.where.ScalarOther", [mask, scores, torch_float(float("-inf"))], scores_type)
+    return build("torch.aten.add.Tensor", [scores, mask, torch_int(1)], scores_type)
+
+
+def make(attention: str = "sdpa") -> PatternSet:
+    patterns = PatternSet(NAME, description="cuvil ops -> torch ops for IREE's torch input")
+    patterns.add("cuvil.linear", name="linear")(linear)
+    patterns.add("cuvil.conv2d", name="conv2d")(conv2d)
+    lower_attention = attention_sdpa if attention == "sdpa" else attention_decomposed
+    patterns.add("cuvil.attention", name="attention")(lower_attention)
+    patterns.add("cuvil.norm", name="norm")(norm)
+    return patterns
+
+
+PASS = ConfigurablePass(NAME, make, {"attention": ATTENTION_LOWERINGS}, "cuvil ops -> torch ops for IREE's torch input")
