@@ -51,8 +51,11 @@ import models  # noqa: E402
 import cuvil_mlir  # noqa: E402
 from cuvil_mlir.targets import parse_target  # noqa: E402
 
-BACKENDS = ("cuvil", "plain_iree", "eager", "torch_compile")
-LABELS = {"cuvil": "cuvil", "plain_iree": "plain IREE", "eager": "eager", "torch_compile": "torch.compile"}
+# cuvil_vmfb: cuvil's module called exactly like plain IREE's (raw iree.runtime call, no CompiledModel),
+# so "cuvil vs plain IREE" can be split into generated code and per-call Python overhead.
+BACKENDS = ("cuvil", "cuvil_vmfb", "plain_iree", "eager", "torch_compile")
+LABELS = {"cuvil": "cuvil", "cuvil_vmfb": "cuvil vmfb (raw call)", "plain_iree": "plain IREE", "eager": "eager",
+          "torch_compile": "torch.compile"}
 # Above this max relative error vs eager a result is flagged as wrong (the e2e tests allow 1e-4).
 REL_ERR_FLAG = 1e-4
 # The e2e language models are built with vocab=256; token inputs stay below that.
@@ -70,13 +73,14 @@ def build_cuvil(model, args):
     info = {"compile_s": seconds, "compile_breakdown_s": compiled.metadata["compile_seconds"],
             "iree_flags": list(compiled.modules[0].iree_flags), "vmfb_bytes": len(compiled.modules[0].vmfb),
             "patterns_fired": compiled.patterns_fired}
-    return (lambda *xs: compiled(*xs).numpy()), info
+    call = lambda *xs: compiled(*xs).numpy()  # noqa: E731  the public API, as a user calls it
+    call.vmfb = compiled.modules[0].vmfb
+    return call, info
 
 
 def build_plain_iree(model, args):
     """torch-mlir's own import (default decompositions) straight into IREE: no Cuvil anywhere."""
     import iree.compiler
-    import iree.runtime as rt
     from torch_mlir import fx
 
     flags = parse_target("cpu", opt_level=3).iree_flags()
@@ -89,13 +93,19 @@ def build_plain_iree(model, args):
     imported = time.perf_counter()
     vmfb = iree.compiler.compile_str(buf.getvalue(), input_type="torch", extra_args=flags)
     end = time.perf_counter()
+    info = {"compile_s": end - start, "compile_breakdown_s": {"import": round(imported - start, 4),
+            "iree-compile": round(end - imported, 4)}, "iree_flags": flags, "vmfb_bytes": len(vmfb)}
+    return raw_iree_call(vmfb), info
+
+
+def raw_iree_call(vmfb: bytes):
+    """The leanest Python call of a module's ``main`` on local-task: numpy in, host array out."""
+    import iree.runtime as rt
 
     ctx = rt.SystemContext(config=rt.Config("local-task"))
     ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
     main = ctx.modules.module["main"]
-    info = {"compile_s": end - start, "compile_breakdown_s": {"import": round(imported - start, 4),
-            "iree-compile": round(end - imported, 4)}, "iree_flags": flags, "vmfb_bytes": len(vmfb)}
-    return (lambda *xs: main(*[x.numpy() for x in xs]).to_host()), info
+    return lambda *xs: main(*[x.numpy() for x in xs]).to_host()
 
 
 def build_eager(model, args):
@@ -184,7 +194,12 @@ def bench_model(name: str, opts) -> dict:
     for backend in opts.backends:
         log(f"  {name}: building {backend}")
         try:
-            call, info = BUILDERS[backend](model, args)
+            if backend == "cuvil_vmfb":
+                if "cuvil" not in calls:
+                    raise RuntimeError("needs the cuvil backend (listed before it, and compiled)")
+                call, info = raw_iree_call(calls["cuvil"].vmfb), {}
+            else:
+                call, info = BUILDERS[backend](model, args)
             outs = [np.asarray(call(*xs)) for xs in inputs]
             info["rel_err"] = max(rel_err(o, r) for o, r in zip(outs, refs))
             info["status"] = "ok"
@@ -206,11 +221,12 @@ def bench_model(name: str, opts) -> dict:
 
     med = {b: result["backends"][b]["latency"]["median_ms"] for b in calls}
     speedup = {}
-    for b in ("cuvil", "plain_iree", "torch_compile"):
+    for b in ("cuvil", "cuvil_vmfb", "plain_iree", "torch_compile"):
         if b in med and "eager" in med:
             speedup[f"{b}_vs_eager"] = med["eager"] / med[b]
-    if "cuvil" in med and "plain_iree" in med:
-        speedup["cuvil_vs_plain_iree"] = med["plain_iree"] / med["cuvil"]
+    for b in ("cuvil", "cuvil_vmfb"):
+        if b in med and "plain_iree" in med:
+            speedup[f"{b}_vs_plain_iree"] = med["plain_iree"] / med[b]
     result["speedup"] = speedup
     result["loadavg_after"] = loadavg()
     return result
@@ -315,18 +331,22 @@ def to_markdown(report: dict) -> str:
         "",
         "## Latency (ms, median and p10-p90; lower is better)",
         "",
-        "| model | cuvil | plain IREE | eager | torch.compile | cuvil vs eager | cuvil vs plain IREE | torch.compile vs eager |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | cuvil | cuvil vmfb (raw call) | plain IREE | eager | torch.compile | cuvil vs eager "
+        "| cuvil vs plain IREE | cuvil vmfb vs plain IREE | plain IREE vs eager | torch.compile vs eager |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["models"]:
         b, s = r["backends"], r["speedup"]
         cells = [fmt_ms(b.get(k, {}).get("latency")) if b.get(k, {}).get("status") == "ok" else
                  ("-" if k not in b else b[k]["status"]) for k in BACKENDS]
-        ratios = [f"{s[k]:.2f}x" if k in s else "-" for k in ("cuvil_vs_eager", "cuvil_vs_plain_iree", "torch_compile_vs_eager")]
+        ratios = [f"{s[k]:.2f}x" if k in s else "-" for k in ("cuvil_vs_eager", "cuvil_vs_plain_iree",
+                  "cuvil_vmfb_vs_plain_iree", "plain_iree_vs_eager", "torch_compile_vs_eager")]
         lines.append(f"| {r['model']} | " + " | ".join(cells + ratios) + " |")
     lines += [
         "",
-        "Speedup = other median / this median (above 1x: faster than the other).",
+        "Speedup = other median / this median (above 1x: faster than the other). \"cuvil\" is the public "
+        "`CompiledModel` call (torch in, torch out); \"cuvil vmfb (raw call)\" is the same module called the way "
+        "plain IREE is (numpy in, `main(...).to_host()`), so the gap between the two is per-call Python overhead.",
         "",
         "## Compile time (s, wall) and numerics (max relative error vs eager over all inputs)",
         "",
@@ -345,6 +365,8 @@ def to_markdown(report: dict) -> str:
             detail = f" ({', '.join(f'{n} {v:.2f}' for n, v in split.items())})" if split else ""
             comp.append(f"{info['compile_s']:.2f}{detail}")
         errs = [fmt_err(b.get(k, {})) for k in ("cuvil", "plain_iree", "torch_compile")]
+        comp[0] += f"; vmfb {b['cuvil']['vmfb_bytes'] / 1e6:.2f} MB" if b.get("cuvil", {}).get("status") == "ok" else ""
+        comp[1] += f"; vmfb {b['plain_iree']['vmfb_bytes'] / 1e6:.2f} MB" if b.get("plain_iree", {}).get("status") == "ok" else ""
         lines.append(f"| {r['model']} | {', '.join(r['inputs'])} | " + " | ".join(comp + errs) + " |")
     lines += ["", f"Relative error = max |got - eager| / max |eager|; flagged WRONG above {REL_ERR_FLAG:g}."]
     notes = [f"- {r['model']} / {LABELS[k]}: {info['status']}" for r in report["models"]

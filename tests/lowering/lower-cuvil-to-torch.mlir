@@ -1,0 +1,236 @@
+// RUN: cuvil-opt %s -p lower-cuvil-to-torch --split-input-file | FileCheck %s
+
+// Every Cuvil op becomes torch ops that IREE's torch input pipeline compiles; no cuvil op is left.
+
+// ===== cuvil.linear: aten.linear, then the epilogue activation =====
+
+// CHECK-LABEL: func.func @linear_with_bias
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,4],f32>, %[[W:[a-z0-9]+]]: !torch.vtensor<[3,4],f32>, %[[B:[a-z0-9]+]]: !torch.vtensor<[3],f32>)
+// CHECK:         %[[Y:[0-9]+]] = torch.aten.linear %[[X]], %[[W]], %[[B]] : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32> -> !torch.vtensor<[2,3],f32>
+// CHECK-NEXT:    return %[[Y]]
+// CHECK-NOT:     cuvil.
+func.func @linear_with_bias(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
+  %0 = "cuvil.linear"(%x, %w, %b) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32>
+  return %0 : !torch.vtensor<[2,3],f32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @linear_without_bias
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,5,4],f32>, %[[W:[a-z0-9]+]]: !torch.vtensor<[3,4],f32>)
+// CHECK:         %[[NONE:.+]] = torch.constant.none
+// CHECK:         torch.aten.linear %[[X]], %[[W]], %[[NONE]] : !torch.vtensor<[2,5,4],f32>, !torch.vtensor<[3,4],f32>, !torch.none -> !torch.vtensor<[2,5,3],f32>
+// CHECK-NOT:     cuvil.
+func.func @linear_without_bias(%x: !torch.vtensor<[2,5,4],f32>, %w: !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,5,3],f32> {
+  %0 = "cuvil.linear"(%x, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,5,4],f32>, !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,5,3],f32>
+  return %0 : !torch.vtensor<[2,5,3],f32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @linear_relu
+// CHECK:         %[[L:[0-9]+]] = torch.aten.linear
+// CHECK-NEXT:    %[[A:[0-9]+]] = torch.aten.relu %[[L]] : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
+// CHECK-NEXT:    return %[[A]]
+// CHECK-LABEL: func.func @linear_gelu
+// CHECK:         %[[S:.+]] = torch.constant.str "none"
+// CHECK:         %[[L:[0-9]+]] = torch.aten.linear
+// CHECK-NEXT:    %[[A:[0-9]+]] = torch.aten.gelu %[[L]], %[[S]] : !torch.vtensor<[2,3],f32>, !torch.str -> !torch.vtensor<[2,3],f32>
+// CHECK-NEXT:    return %[[A]]
+// CHECK-LABEL: func.func @linear_gelu_tanh
+// CHECK:         %[[S:.+]] = torch.constant.str "tanh"
+// CHECK:         %[[L:[0-9]+]] = torch.aten.linear
+// CHECK-NEXT:    %[[A:[0-9]+]] = torch.aten.gelu %[[L]], %[[S]]
+// CHECK-NEXT:    return %[[A]]
+// CHECK-LABEL: func.func @linear_silu
+// CHECK:         %[[L:[0-9]+]] = torch.aten.linear
+// CHECK-NEXT:    %[[A:[0-9]+]] = torch.aten.silu %[[L]]
+// CHECK-NEXT:    return %[[A]]
+// CHECK-LABEL: func.func @linear_sigmoid
+// CHECK:         %[[L:[0-9]+]] = torch.aten.linear
+// CHECK-NEXT:    %[[A:[0-9]+]] = torch.aten.sigmoid %[[L]]
+// CHECK-NEXT:    return %[[A]]
+// CHECK-NOT:     cuvil.
+func.func @linear_relu(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
+  %0 = "cuvil.linear"(%x, %w, %b) {activation = "relu", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32>
+  return %0 : !torch.vtensor<[2,3],f32>
+}
+func.func @linear_gelu(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
+  %0 = "cuvil.linear"(%x, %w, %b) {activation = "gelu", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32>
+  return %0 : !torch.vtensor<[2,3],f32>
+}
+func.func @linear_gelu_tanh(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
+  %0 = "cuvil.linear"(%x, %w, %b) {activation = "gelu_tanh", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32>
+  return %0 : !torch.vtensor<[2,3],f32>
+}
+func.func @linear_silu(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
+  %0 = "cuvil.linear"(%x, %w, %b) {activation = "silu", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32>
+  return %0 : !torch.vtensor<[2,3],f32>
+}
+func.func @linear_sigmoid(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
+  %0 = "cuvil.linear"(%x, %w, %b) {activation = "sigmoid", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32>
+  return %0 : !torch.vtensor<[2,3],f32>
+}
+
+// ===== cuvil.conv2d: aten.convolution (not transposed, output_padding [0, 0]), then the activation =====
+
+// -----
+
+// CHECK-LABEL: func.func @conv2d_grouped_dilated_silu
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[1,4,8,8],f32>, %[[W:[a-z0-9]+]]: !torch.vtensor<[6,2,3,3],f32>, %[[B:[a-z0-9]+]]: !torch.vtensor<[6],f32>)
+// CHECK-DAG:     %[[I0:.+]] = torch.constant.int 0
+// CHECK-DAG:     %[[I1:.+]] = torch.constant.int 1
+// CHECK-DAG:     %[[I2:.+]] = torch.constant.int 2
+// CHECK-DAG:     %[[I3:.+]] = torch.constant.int 3
+// CHECK-DAG:     %[[FALSE:.+]] = torch.constant.bool false
+// CHECK:         %[[STRIDE:[0-9]+]] = torch.prim.ListConstruct %[[I1]], %[[I1]]
+// CHECK:         %[[PAD:[0-9]+]] = torch.prim.ListConstruct %[[I3]], %[[I3]]
+// CHECK:         %[[DIL:[0-9]+]] = torch.prim.ListConstruct %[[I2]], %[[I2]]
+// CHECK:         %[[OUTPAD:[0-9]+]] = torch.prim.ListConstruct %[[I0]], %[[I0]]
+// CHECK:         %[[C:[0-9]+]] = torch.aten.convolution %[[X]], %[[W]], %[[B]], %[[STRIDE]], %[[PAD]], %[[DIL]], %[[FALSE]], %[[OUTPAD]], %[[I2]] :
+// CHECK-SAME:      -> !torch.vtensor<[1,6,10,10],f32>
+// CHECK-NEXT:    %[[A:[0-9]+]] = torch.aten.silu %[[C]]
+// CHECK-NEXT:    return %[[A]]
+// CHECK-NOT:     cuvil.
+func.func @conv2d_grouped_dilated_silu(%x: !torch.vtensor<[1,4,8,8],f32>, %w: !torch.vtensor<[6,2,3,3],f32>, %b: !torch.vtensor<[6],f32>) -> !torch.vtensor<[1,6,10,10],f32> {
+  %0 = "cuvil.conv2d"(%x, %w, %b) {activation = "silu", dilation = array<i64: 2, 2>, groups = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1>, padding = array<i64: 3, 3>, stride = array<i64: 1, 1>} : (!torch.vtensor<[1,4,8,8],f32>, !torch.vtensor<[6,2,3,3],f32>, !torch.vtensor<[6],f32>) -> !torch.vtensor<[1,6,10,10],f32>
+  return %0 : !torch.vtensor<[1,6,10,10],f32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @conv2d_without_bias
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[1,2,4,4],f32>, %[[W:[a-z0-9]+]]: !torch.vtensor<[3,2,1,1],f32>)
+// CHECK:         %[[NONE:.+]] = torch.constant.none
+// CHECK:         %[[C:[0-9]+]] = torch.aten.convolution %[[X]], %[[W]], %[[NONE]],
+// CHECK-NEXT:    return %[[C]]
+// CHECK-NOT:     cuvil.
+func.func @conv2d_without_bias(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vtensor<[3,2,1,1],f32>) -> !torch.vtensor<[1,3,4,4],f32> {
+  %0 = "cuvil.conv2d"(%x, %w) {activation = "none", dilation = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (!torch.vtensor<[1,2,4,4],f32>, !torch.vtensor<[3,2,1,1],f32>) -> !torch.vtensor<[1,3,4,4],f32>
+  return %0 : !torch.vtensor<[1,3,4,4],f32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @conv2d_activations
+// CHECK:         %[[C1:[0-9]+]] = torch.aten.convolution
+// CHECK-NEXT:    torch.aten.relu %[[C1]]
+// CHECK:         %[[C2:[0-9]+]] = torch.aten.convolution
+// CHECK-NEXT:    torch.aten.gelu %[[C2]], %{{.+}} :
+// CHECK:         %[[C3:[0-9]+]] = torch.aten.convolution
+// CHECK-NEXT:    torch.aten.sigmoid %[[C3]]
+// CHECK-NOT:     cuvil.
+func.func @conv2d_activations(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vtensor<[3,2,1,1],f32>) -> (!torch.vtensor<[1,3,4,4],f32>, !torch.vtensor<[1,3,4,4],f32>, !torch.vtensor<[1,3,4,4],f32>) {
+  %0 = "cuvil.conv2d"(%x, %w) {activation = "relu", dilation = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (!torch.vtensor<[1,2,4,4],f32>, !torch.vtensor<[3,2,1,1],f32>) -> !torch.vtensor<[1,3,4,4],f32>
+  %1 = "cuvil.conv2d"(%x, %w) {activation = "gelu", dilation = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (!torch.vtensor<[1,2,4,4],f32>, !torch.vtensor<[3,2,1,1],f32>) -> !torch.vtensor<[1,3,4,4],f32>
+  %2 = "cuvil.conv2d"(%x, %w) {activation = "sigmoid", dilation = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (!torch.vtensor<[1,2,4,4],f32>, !torch.vtensor<[3,2,1,1],f32>) -> !torch.vtensor<[1,3,4,4],f32>
+  return %0, %1, %2 : !torch.vtensor<[1,3,4,4],f32>, !torch.vtensor<[1,3,4,4],f32>, !torch.vtensor<[1,3,4,4],f32>
+}
+
+// ===== cuvil.attention: aten.scaled_dot_product_attention with dropout 0 and the explicit scale =====
+
+// -----
+
+// CHECK-LABEL: func.func @attention_causal_without_mask
+// CHECK-SAME:    (%[[Q:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[K:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[V:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>)
+// CHECK-DAG:     %[[NONE:.+]] = torch.constant.none
+// CHECK-DAG:     %[[DROP:.+]] = torch.constant.float 0.000000e+00
+// CHECK-DAG:     %[[TRUE:.+]] = torch.constant.bool true
+// CHECK-DAG:     %[[FALSE:.+]] = torch.constant.bool false
+// CHECK-DAG:     %[[SCALE:.+]] = torch.constant.float 1.250000e-01
+// CHECK:         %[[O:[0-9]+]] = torch.aten.scaled_dot_product_attention %[[Q]], %[[K]], %[[V]], %[[NONE]], %[[DROP]], %[[TRUE]], %[[SCALE]], %[[FALSE]] :
+// CHECK-SAME:      -> !torch.vtensor<[1,2,5,16],f32>
+// CHECK-NEXT:    return %[[O]]
+// CHECK-NOT:     cuvil.
+func.func @attention_causal_without_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k: !torch.vtensor<[1,2,5,16],f32>, %v: !torch.vtensor<[1,2,5,16],f32>) -> !torch.vtensor<[1,2,5,16],f32> {
+  %0 = "cuvil.attention"(%q, %k, %v) {is_causal = true, operandSegmentSizes = array<i32: 1, 1, 1, 0>, scale = 1.250000e-01 : f64} : (!torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>) -> !torch.vtensor<[1,2,5,16],f32>
+  return %0 : !torch.vtensor<[1,2,5,16],f32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @attention_with_mask
+// CHECK-SAME:    %[[M:[a-z0-9]+]]: !torch.vtensor<[1,1,5,7],i1>)
+// CHECK-DAG:     %[[FALSE:.+]] = torch.constant.bool false
+// CHECK-DAG:     %[[SCALE:.+]] = torch.constant.float 2.500000e-01
+// CHECK:         torch.aten.scaled_dot_product_attention %{{.+}}, %{{.+}}, %{{.+}}, %[[M]], %{{.+}}, %[[FALSE]], %[[SCALE]], %[[FALSE]] :
+// CHECK-SAME:      !torch.vtensor<[1,1,5,7],i1>, !torch.float, !torch.bool, !torch.float, !torch.bool -> !torch.vtensor<[1,2,5,8],f32>
+// CHECK-NOT:     cuvil.
+func.func @attention_with_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k: !torch.vtensor<[1,2,7,16],f32>, %v: !torch.vtensor<[1,2,7,8],f32>, %m: !torch.vtensor<[1,1,5,7],i1>) -> !torch.vtensor<[1,2,5,8],f32> {
+  %0 = "cuvil.attention"(%q, %k, %v, %m) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,7,16],f32>, !torch.vtensor<[1,2,7,8],f32>, !torch.vtensor<[1,1,5,7],i1>) -> !torch.vtensor<[1,2,5,8],f32>
+  return %0 : !torch.vtensor<[1,2,5,8],f32>
+}
+
+// ===== cuvil.norm =====
+
+// -----
+
+// CHECK-LABEL: func.func @layer_norm
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,5,4],f32>, %[[G:[a-z0-9]+]]: !torch.vtensor<[4],f32>, %[[B:[a-z0-9]+]]: !torch.vtensor<[4],f32>)
+// CHECK-DAG:     %[[I4:.+]] = torch.constant.int 4
+// CHECK-DAG:     %[[EPS:.+]] = torch.constant.float 1.000000e-05
+// CHECK-DAG:     %[[FALSE:.+]] = torch.constant.bool false
+// CHECK:         %[[SHAPE:[0-9]+]] = torch.prim.ListConstruct %[[I4]] : (!torch.int) -> !torch.list<int>
+// CHECK:         %[[Y:[0-9]+]] = torch.aten.layer_norm %[[X]], %[[SHAPE]], %[[G]], %[[B]], %[[EPS]], %[[FALSE]] :
+// CHECK-NEXT:    return %[[Y]]
+// CHECK-NOT:     cuvil.
+func.func @layer_norm(%x: !torch.vtensor<[2,5,4],f32>, %g: !torch.vtensor<[4],f32>, %b: !torch.vtensor<[4],f32>) -> !torch.vtensor<[2,5,4],f32> {
+  %0 = "cuvil.norm"(%x, %g, %b) {eps = 1.000000e-05 : f64, kind = "layer", normalized_shape = array<i64: 4>, operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,5,4],f32>, !torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>) -> !torch.vtensor<[2,5,4],f32>
+  return %0 : !torch.vtensor<[2,5,4],f32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @layer_norm_without_affine
+// CHECK-DAG:     %[[NONE:.+]] = torch.constant.none
+// CHECK-DAG:     %[[I5:.+]] = torch.constant.int 5
+// CHECK-DAG:     %[[I4:.+]] = torch.constant.int 4
+// CHECK:         %[[SHAPE:[0-9]+]] = torch.prim.ListConstruct %[[I5]], %[[I4]]
+// CHECK:         torch.aten.layer_norm %{{.+}}, %[[SHAPE]], %[[NONE]], %[[NONE]],
+// CHECK-NOT:     cuvil.
+func.func @layer_norm_without_affine(%x: !torch.vtensor<[2,5,4],f32>) -> !torch.vtensor<[2,5,4],f32> {
+  %0 = "cuvil.norm"(%x) {eps = 1.000000e-05 : f64, kind = "layer", normalized_shape = array<i64: 5, 4>, operandSegmentSizes = array<i32: 1, 0, 0>} : (!torch.vtensor<[2,5,4],f32>) -> !torch.vtensor<[2,5,4],f32>
+  return %0 : !torch.vtensor<[2,5,4],f32>
+}
+
+// -----
+
+// rms: x * rsqrt(mean(x * x, trailing dims, keepdim) + eps) * weight.
+// CHECK-LABEL: func.func @rms_norm
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,5,4],f32>, %[[G:[a-z0-9]+]]: !torch.vtensor<[4],f32>)
+// CHECK-DAG:     %[[I1:.+]] = torch.constant.int 1
+// CHECK-DAG:     %[[I2:.+]] = torch.constant.int 2
+// CHECK-DAG:     %[[EPS:.+]] = torch.constant.float 9.9999999999999995E-7
+// CHECK-DAG:     %[[TRUE:.+]] = torch.constant.bool true
+// CHECK-DAG:     %[[NONE:.+]] = torch.constant.none
+// CHECK:         %[[SQ:[0-9]+]] = torch.aten.mul.Tensor %[[X]], %[[X]] : !torch.vtensor<[2,5,4],f32>, !torch.vtensor<[2,5,4],f32> -> !torch.vtensor<[2,5,4],f32>
+// CHECK:         %[[DIMS:[0-9]+]] = torch.prim.ListConstruct %[[I2]] : (!torch.int) -> !torch.list<int>
+// CHECK:         %[[MEAN:[0-9]+]] = torch.aten.mean.dim %[[SQ]], %[[DIMS]], %[[TRUE]], %[[NONE]] : {{.*}} -> !torch.vtensor<[2,5,1],f32>
+// CHECK:         %[[SHIFT:[0-9]+]] = torch.aten.add.Scalar %[[MEAN]], %[[EPS]], %[[I1]] : {{.*}} -> !torch.vtensor<[2,5,1],f32>
+// CHECK:         %[[INV:[0-9]+]] = torch.aten.rsqrt %[[SHIFT]] : !torch.vtensor<[2,5,1],f32> -> !torch.vtensor<[2,5,1],f32>
+// CHECK:         %[[N:[0-9]+]] = torch.aten.mul.Tensor %[[X]], %[[INV]] : !torch.vtensor<[2,5,4],f32>, !torch.vtensor<[2,5,1],f32> -> !torch.vtensor<[2,5,4],f32>
+// CHECK:         %[[Y:[0-9]+]] = torch.aten.mul.Tensor %[[N]], %[[G]] : !torch.vtensor<[2,5,4],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[2,5,4],f32>
+// CHECK-NEXT:    return %[[Y]]
+// CHECK-NOT:     cuvil.
+func.func @rms_norm(%x: !torch.vtensor<[2,5,4],f32>, %g: !torch.vtensor<[4],f32>) -> !torch.vtensor<[2,5,4],f32> {
+  %0 = "cuvil.norm"(%x, %g) {eps = 1.000000e-06 : f64, kind = "rms", normalized_shape = array<i64: 4>, operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,5,4],f32>, !torch.vtensor<[4],f32>) -> !torch.vtensor<[2,5,4],f32>
+  return %0 : !torch.vtensor<[2,5,4],f32>
+}
+
+// -----
+
+// Without a weight the normalized value is the result; two trailing dims are reduced.
+// CHECK-LABEL: func.func @rms_norm_without_weight
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,5,4],f32>)
+// CHECK-DAG:     %[[I1:.+]] = torch.constant.int 1
+// CHECK-DAG:     %[[I2:.+]] = torch.constant.int 2
+// CHECK:         %[[DIMS:[0-9]+]] = torch.prim.ListConstruct %[[I1]], %[[I2]] : (!torch.int, !torch.int) -> !torch.list<int>
+// CHECK:         torch.aten.mean.dim %{{.+}}, %[[DIMS]], {{.*}} -> !torch.vtensor<[2,1,1],f32>
+// CHECK:         torch.aten.rsqrt
+// CHECK:         %[[Y:[0-9]+]] = torch.aten.mul.Tensor %[[X]], %{{.+}} : !torch.vtensor<[2,5,4],f32>, !torch.vtensor<[2,1,1],f32> -> !torch.vtensor<[2,5,4],f32>
+// CHECK-NEXT:    return %[[Y]]
+// CHECK-NOT:     cuvil.
+func.func @rms_norm_without_weight(%x: !torch.vtensor<[2,5,4],f32>) -> !torch.vtensor<[2,5,4],f32> {
+  %0 = "cuvil.norm"(%x) {eps = 1.000000e-06 : f64, kind = "rms", normalized_shape = array<i64: 5, 4>, operandSegmentSizes = array<i32: 1, 0, 0>} : (!torch.vtensor<[2,5,4],f32>) -> !torch.vtensor<[2,5,4],f32>
+  return %0 : !torch.vtensor<[2,5,4],f32>
+}
