@@ -32,11 +32,13 @@ def lower(model, args=(), *, stage: str = "cuvil", target: str = "cpu", patterns
     return compile_program(model, args, Options(target=target, patterns=tuple(patterns)), emit=stage, elide_weights=elide_weights).text
 
 
-def load(path):
-    """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile``."""
+def load(path, prefer=None):
+    """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile`` on the first
+    of its targets (in ``prefer`` order: target specs or kinds; default the package's) that
+    this machine has a device for; later targets take over if it fails."""
     from cuvil_mlir.compiled import load as _load
 
-    return _load(path)
+    return _load(path, prefer)
 
 
 __all__ = ["compile", "lower", "load", "CuvilError", "__version__"]

@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
 import traceback
 import warnings
 from pathlib import Path
 
 from cuvil_mlir import __version__
-from cuvil_mlir.diagnostics import CuvilError, InputError, location_text
+from cuvil_mlir.diagnostics import CuvilError, ImportError_, InputError, location_text
 
 SPLIT_MARKER = "// -----"
 _BYTECODE_MAGIC = b"ML\xefR"
@@ -78,6 +79,11 @@ def _guarded(prog: str, args, run) -> int:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `cuvil-opt big.mlir | head`
+        return 1
+    except OSError as e:  # a path the user gave cannot be read or written (permissions, disk full)
+        if verbose:
+            traceback.print_exc()
+        print(f"{prog}: error: {_one_line(str(e))}", file=sys.stderr)
         return 1
     except Exception as e:
         if verbose:
@@ -170,6 +176,8 @@ def _compile(args, parser) -> int:
     pattern_files, patterns = _load_patterns(args.patterns)
     options = Options(target=args.target, opt_level=args.opt_level, patterns=tuple(patterns),
                       disabled_passes=tuple(args.disable_pass))
+    if not Path(args.model).exists():  # before importing torch: a typo should not take seconds
+        raise ImportError_(f"model file not found: {args.model}")
     if args.output:
         _check_writable(Path(args.output))
     _quiet_torch_logs(args)
@@ -240,7 +248,7 @@ def _with_pattern_files(e: CuvilError, pattern_files: list[str]) -> CuvilError:
     """A repro through ``cuvil-opt`` needs the user's pattern files to know their passes."""
     if not (e.repro and e.repro.startswith("cuvil-opt") and pattern_files):
         return e
-    e.repro += "".join(f" --load-patterns {f}" for f in pattern_files)
+    e.repro += "".join(f" --load-patterns {shlex.quote(f)}" for f in pattern_files)
     return e
 
 
@@ -252,8 +260,12 @@ def _run(args, parser) -> int:
     import numpy as np
 
     from cuvil_mlir import load
+    from cuvil_mlir.diagnostics import PackageError
 
-    compiled = load(args.package)
+    try:
+        compiled = load(args.package)
+    except (KeyError, TypeError, ValueError) as e:  # metadata.json parses but its signature does not
+        raise PackageError(f"{args.package} is corrupt: malformed signature in metadata.json ({type(e).__name__}: {e})") from e
     n_out = len(compiled.signature.outputs)
     if args.output and len(args.output) != n_out:
         raise InputError(f"the model has {n_out} output(s) but {len(args.output)} --output path(s) were given")
