@@ -66,6 +66,8 @@ def _guarded(prog: str, args, run) -> int:
     if not verbose:  # torch's own deprecation noise is not the user's business
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.showwarning = lambda message, category, *rest: print(
+        f"{prog}: warning: {_one_line(str(message))}", file=sys.stderr)  # e.g. a target falling back to the next
     try:
         return run()
     except SystemExit as e:  # parser.error() inside a command
@@ -131,7 +133,8 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                        "or print the IR of one stage with --emit.")
     p.add_argument("model", metavar="MODEL.pt2", help="a .pt2 file written by torch.export.save")
     p.add_argument("-o", "--output", metavar="OUT", help="the .cuvilpkg to write (with --emit: the IR file; default stdout)")
-    p.add_argument("--target", default="cpu", help="target, e.g. cpu, cpu:znver4 (default: cpu)")
+    p.add_argument("--target", default="cpu",
+                   help="target(s), comma-separated in preference order: cpu, cpu:znver4, vmvx, cpu,vmvx (default: cpu)")
     p.add_argument("-O", dest="opt_level", type=int, choices=(0, 1, 2, 3), default=3, metavar="N",
                    help="optimization level -O0..-O3 (default: -O3)")
     p.add_argument("--emit", metavar="STAGE", help="print the IR after STAGE (torch, cuvil, lowered) instead of compiling")
@@ -147,6 +150,8 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                        description="Load a .cuvilpkg, call it with .npy inputs and write or print the outputs.")
     p.add_argument("package", metavar="PKG", help="a .cuvilpkg file")
     p.add_argument("--input", "-i", action="append", default=[], metavar="X.npy", help="an input array, in order (repeatable)")
+    p.add_argument("--target", metavar="TARGETS", help="which of the package's targets to run on, in preference order "
+                   "(specs or kinds, comma-separated; default: the package's order)")
     p.add_argument("--output", "-o", action="append", default=[], metavar="Y.npy",
                    help="where to write an output, in order (one per output; default: print a summary)")
     p.set_defaults(command=_run)
@@ -203,9 +208,11 @@ def _print_compile_summary(model: str, output: str, meta: dict) -> None:
     seconds = meta.get("compile_seconds", {})
     stages = ", ".join(f"{k} {v:.2f}" for k, v in seconds.items())
     print(f"compiled {model} -> {output} ({_size(Path(output).stat().st_size)})")
-    print(f"  target:     {meta['target']} (O{meta['opt_level']})")
+    targets = meta.get("targets", [meta["target"]])
+    first = f" (for {meta['target']})" if len(targets) > 1 else ""
+    print(f"  targets:    {', '.join(targets)} (O{meta['opt_level']})")
     print(f"  signature:  {_describe_signature(Signature.from_json(meta['signature']))}")
-    print(f"  patterns:   {_describe_fired(meta.get('patterns_fired', {}))}")
+    print(f"  patterns:   {_describe_fired(meta.get('patterns_fired', {}))}{first}")
     print(f"  seconds:    {sum(seconds.values()):.2f} ({stages})")
 
 
@@ -263,7 +270,7 @@ def _run(args, parser) -> int:
     from cuvil_mlir.diagnostics import PackageError
 
     try:
-        compiled = load(args.package)
+        compiled = load(args.package, prefer=args.target)
     except (KeyError, TypeError, ValueError) as e:  # metadata.json parses but its signature does not
         raise PackageError(f"{args.package} is corrupt: malformed signature in metadata.json ({type(e).__name__}: {e})") from e
     n_out = len(compiled.signature.outputs)
@@ -272,6 +279,7 @@ def _run(args, parser) -> int:
     arrays = [_read_npy(p) for p in args.input]
     result = compiled(*arrays)
     outputs = list(result) if isinstance(result, tuple) else [result]
+    print(f"ran on target {compiled.active_target}")
     if args.output:
         for i, (path, out) in enumerate(zip(args.output, outputs)):
             np.save(path, out)
@@ -329,14 +337,15 @@ def _inspect(args, parser) -> int:
     if "created" in meta:
         print(f"created:     {meta['created']}")
     print(f"function:    {meta.get('function', 'main')}")
-    print(f"signature:   {_signature_text(meta)}")
+    print(f"signature:   {_signature_text(meta, args.package)}")
     if "opt_level" in meta:
         print(f"opt level:   O{meta['opt_level']}")
     print("modules:")
     for entry, m in zip(meta["modules"], modules):
         print(f"  {m.target}: {entry['file']}, {_size(len(m.vmfb))}, driver {m.driver}, sha256 {entry['sha256'][:16]}")
         print(f"    iree flags: {' '.join(m.iree_flags) or '(none)'}")
-    print(f"patterns:    {_describe_fired(meta.get('patterns_fired', {}))}")
+    first = f" (for {modules[0].target})" if len(modules) > 1 else ""
+    print(f"patterns:    {_describe_fired(meta.get('patterns_fired', {}))}{first}")
     seconds = meta.get("compile_seconds", {})
     if seconds:
         print(f"seconds:     {sum(seconds.values()):.2f} ({', '.join(f'{k} {v:.2f}' for k, v in seconds.items())})")
@@ -346,14 +355,14 @@ def _inspect(args, parser) -> int:
     return 0
 
 
-def _signature_text(meta: dict) -> str:
+def _signature_text(meta: dict, path: str) -> str:
     from cuvil_mlir.diagnostics import PackageError
     from cuvil_mlir.signature import Signature
 
     try:
         return _describe_signature(Signature.from_json(meta["signature"]))
     except (KeyError, TypeError, ValueError) as e:
-        raise PackageError(f"the package's metadata.json has a malformed signature ({type(e).__name__}: {e})") from e
+        raise PackageError(f"{path} is corrupt: malformed signature in metadata.json ({type(e).__name__}: {e})") from e
 
 
 # ---------------------------------------------------------------------------------------
@@ -365,8 +374,10 @@ def _passes(args, parser) -> int:
 
     registry = _registry(args.patterns)
     for name in registry.names():
-        p = registry.get(name)
-        print(f"{name}: {p.description or '(no description)'}")
+        entry, p = registry.entry(name), registry.get(name)  # p: configured with default options
+        print(f"{name}: {entry.description or p.description or '(no description)'}")
+        for option, allowed in getattr(entry, "options", {}).items():
+            print(f"  option {option}: {' | '.join(allowed)} (default {allowed[0]}; e.g. -p '{name}{{{option}={allowed[-1]}}}')")
         if not isinstance(p, PatternSet):
             continue
         width = max((len(pat.name) for pat in p.patterns), default=0)

@@ -1,4 +1,5 @@
 // RUN: cuvil-opt %s -p lower-cuvil-to-torch --split-input-file | FileCheck %s
+// RUN: cuvil-opt %s -p 'lower-cuvil-to-torch{attention=decomposed}' --split-input-file | FileCheck %s --check-prefix=DECOMP
 
 // Every Cuvil op becomes torch ops that IREE's torch input pipeline compiles; no cuvil op is left.
 
@@ -127,10 +128,25 @@ func.func @conv2d_activations(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vten
   return %0, %1, %2 : !torch.vtensor<[1,3,4,4],f32>, !torch.vtensor<[1,3,4,4],f32>, !torch.vtensor<[1,3,4,4],f32>
 }
 
-// ===== cuvil.attention: aten.scaled_dot_product_attention with dropout 0 and the explicit scale =====
+// ===== cuvil.attention: aten.scaled_dot_product_attention with dropout 0 and the explicit scale
+// (or, with attention=decomposed, matmul + softmax) =====
 
 // -----
 
+// attention=decomposed: matmul(softmax(matmul(q, kᵀ) * scale, masked), v); causal is a tril mask.
+// DECOMP-LABEL: func.func @attention_causal_without_mask
+// DECOMP-SAME:    (%[[Q:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[K:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[V:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>)
+// DECOMP-DAG:     %[[SCALE:.+]] = torch.constant.float 1.250000e-01
+// DECOMP-DAG:     %[[NEG_INF:.+]] = torch.constant.float 0xFFF0000000000000
+// DECOMP:         %[[KT:[0-9]+]] = torch.aten.transpose.int %[[K]], {{.*}} -> !torch.vtensor<[1,2,16,5],f32>
+// DECOMP:         %[[S:[0-9]+]] = torch.aten.matmul %[[Q]], %[[KT]] : {{.*}} -> !torch.vtensor<[1,2,5,5],f32>
+// DECOMP:         %[[SS:[0-9]+]] = torch.aten.mul.Scalar %[[S]], %[[SCALE]]
+// DECOMP:         %[[KEEP:[0-9]+]] = torch.aten.tril %{{.+}}, %{{.+}} : !torch.vtensor<[5,5],i1>, !torch.int -> !torch.vtensor<[5,5],i1>
+// DECOMP:         %[[M:[0-9]+]] = torch.aten.where.ScalarOther %[[KEEP]], %[[SS]], %[[NEG_INF]]
+// DECOMP:         %[[P:[0-9]+]] = torch.aten.softmax.int %[[M]], %{{.+}}, %{{.+}} : {{.*}} -> !torch.vtensor<[1,2,5,5],f32>
+// DECOMP:         %[[O:[0-9]+]] = torch.aten.matmul %[[P]], %[[V]] : {{.*}} -> !torch.vtensor<[1,2,5,16],f32>
+// DECOMP-NEXT:    return %[[O]]
+// DECOMP-NOT:     scaled_dot_product_attention
 // CHECK-LABEL: func.func @attention_causal_without_mask
 // CHECK-SAME:    (%[[Q:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[K:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[V:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>)
 // CHECK-DAG:     %[[NONE:.+]] = torch.constant.none
@@ -149,6 +165,14 @@ func.func @attention_causal_without_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k:
 
 // -----
 
+// A boolean mask keeps where true.
+// DECOMP-LABEL: func.func @attention_with_mask
+// DECOMP-SAME:    %[[M:[a-z0-9]+]]: !torch.vtensor<[1,1,5,7],i1>)
+// DECOMP:         %[[SS:[0-9]+]] = torch.aten.mul.Scalar
+// DECOMP:         %[[W:[0-9]+]] = torch.aten.where.ScalarOther %[[M]], %[[SS]], %{{.+}} : !torch.vtensor<[1,1,5,7],i1>, !torch.vtensor<[1,2,5,7],f32>, !torch.float -> !torch.vtensor<[1,2,5,7],f32>
+// DECOMP:         torch.aten.softmax.int %[[W]]
+// DECOMP-NOT:     tril
+// DECOMP-NOT:     scaled_dot_product_attention
 // CHECK-LABEL: func.func @attention_with_mask
 // CHECK-SAME:    %[[M:[a-z0-9]+]]: !torch.vtensor<[1,1,5,7],i1>)
 // CHECK-DAG:     %[[FALSE:.+]] = torch.constant.bool false
@@ -158,6 +182,22 @@ func.func @attention_causal_without_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k:
 // CHECK-NOT:     cuvil.
 func.func @attention_with_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k: !torch.vtensor<[1,2,7,16],f32>, %v: !torch.vtensor<[1,2,7,8],f32>, %m: !torch.vtensor<[1,1,5,7],i1>) -> !torch.vtensor<[1,2,5,8],f32> {
   %0 = "cuvil.attention"(%q, %k, %v, %m) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,7,16],f32>, !torch.vtensor<[1,2,7,8],f32>, !torch.vtensor<[1,1,5,7],i1>) -> !torch.vtensor<[1,2,5,8],f32>
+  return %0 : !torch.vtensor<[1,2,5,8],f32>
+}
+
+// -----
+
+// A float mask is additive.
+// CHECK-LABEL: func.func @attention_with_float_mask
+// CHECK-SAME:    %[[M:[a-z0-9]+]]: !torch.vtensor<[5,7],f32>)
+// CHECK:         torch.aten.scaled_dot_product_attention %{{.+}}, %{{.+}}, %{{.+}}, %[[M]],
+// DECOMP-LABEL: func.func @attention_with_float_mask
+// DECOMP-SAME:    %[[M:[a-z0-9]+]]: !torch.vtensor<[5,7],f32>)
+// DECOMP:         %[[SS:[0-9]+]] = torch.aten.mul.Scalar
+// DECOMP:         %[[A:[0-9]+]] = torch.aten.add.Tensor %[[SS]], %[[M]], %{{.+}} : !torch.vtensor<[1,2,5,7],f32>, !torch.vtensor<[5,7],f32>, !torch.int -> !torch.vtensor<[1,2,5,7],f32>
+// DECOMP:         torch.aten.softmax.int %[[A]]
+func.func @attention_with_float_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k: !torch.vtensor<[1,2,7,16],f32>, %v: !torch.vtensor<[1,2,7,8],f32>, %m: !torch.vtensor<[5,7],f32>) -> !torch.vtensor<[1,2,5,8],f32> {
+  %0 = "cuvil.attention"(%q, %k, %v, %m) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,7,16],f32>, !torch.vtensor<[1,2,7,8],f32>, !torch.vtensor<[5,7],f32>) -> !torch.vtensor<[1,2,5,8],f32>
   return %0 : !torch.vtensor<[1,2,5,8],f32>
 }
 

@@ -2,7 +2,7 @@
 
 The installed console scripts run in a subprocess where exit codes, stderr and the package on
 disk are the point; `main(argv)` / `opt_main(argv)` run in-process where only speed differs.
-One small MLP is compiled once for the whole file.
+One small MLP is compiled once (for two targets, cpu and vmvx) for the whole file.
 """
 
 import json
@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from cuvil_mlir import cli
+from cuvil_mlir.lowering import builtin_registry
 
 
 def bad_pattern_file(path: Path, root: str) -> Path:
@@ -87,7 +88,7 @@ def mlp(tmp_path_factory):
     np.save(d / "x.npy", x.numpy())
     with torch.no_grad():
         ref = model(x).numpy()
-    result = run("compile", d / "mlp.pt2", "-o", d / "mlp.cuvilpkg", "-O2")
+    result = run("compile", d / "mlp.pt2", "-o", d / "mlp.cuvilpkg", "-O2", "--target", "cpu,vmvx")
     assert result.returncode == 0, result.stderr
     return SimpleNamespace(dir=d, pt2=d / "mlp.pt2", pkg=d / "mlp.cuvilpkg", x=d / "x.npy", ref=ref, compiled=result)
 
@@ -100,9 +101,9 @@ def test_compile_writes_package_and_prints_summary(mlp):
     out = mlp.compiled.stdout
     assert mlp.pkg.is_file() and zipfile.is_zipfile(mlp.pkg)
     assert f"-> {mlp.pkg}" in out
-    assert "target:     cpu (O2)" in out
+    assert "targets:    cpu, vmvx (O2)" in out
     assert "signature:  (float32[2, 8]) -> (float32[2, 4])" in out
-    assert "raise-torch-to-cuvil: linear x2, relu_epilogue x1" in out
+    assert "raise-torch-to-cuvil: linear x2, relu_epilogue x1" in out and "(for cpu)" in out
     assert re.search(r"seconds:\s+\d+\.\d\d \(torch [\d.]+, .*iree-compile [\d.]+\)", out), out
     assert mlp.compiled.stderr.strip() == "", mlp.compiled.stderr
 
@@ -110,15 +111,24 @@ def test_compile_writes_package_and_prints_summary(mlp):
 def test_run_writes_outputs_that_match_pytorch(mlp, tmp_path):
     result = run("run", mlp.pkg, "--input", mlp.x, "--output", tmp_path / "y.npy")
     assert result.returncode == 0, result.stderr
+    assert "ran on target cpu" in result.stdout
     y = np.load(tmp_path / "y.npy")
     assert y.shape == (2, 4) and y.dtype == np.float32
     np.testing.assert_allclose(y, mlp.ref, rtol=1e-5, atol=1e-6)
 
 
+def test_run_on_a_chosen_target(mlp, tmp_path, capsys):
+    assert cli.main(["run", str(mlp.pkg), "-i", str(mlp.x), "-o", str(tmp_path / "y.npy"), "--target", "vmvx"]) == 0
+    assert "ran on target vmvx" in capsys.readouterr().out
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), mlp.ref, rtol=1e-5, atol=1e-6)
+    code = cli.main(["run", str(mlp.pkg), "-i", str(mlp.x), "--target", "cuda"])
+    assert_clean_error(code, capsys.readouterr().err, "'cuda' names no target of this program; its targets: cpu, vmvx")
+
+
 def test_run_without_output_prints_a_summary(mlp, capsys):
     assert cli.main(["run", str(mlp.pkg), "-i", str(mlp.x)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("output 0: float32[2, 4] [")
+    assert out.startswith("ran on target cpu\noutput 0: float32[2, 4] [")
     first = float(re.search(r"\] \[\s*(-?[\d.e+-]+),", out).group(1))
     assert first == pytest.approx(float(mlp.ref.ravel()[0]), rel=1e-4, abs=1e-5)
 
@@ -129,7 +139,8 @@ def test_inspect_prints_metadata(mlp, capsys):
     assert "format:      cuvilpkg version 1" in out
     assert "signature:   (float32[2, 8]) -> (float32[2, 4])" in out
     assert re.search(r"  cpu: modules/cpu\.vmfb, [\d.]+ KiB, driver local-task, sha256 [0-9a-f]{16}", out), out
-    assert "--iree-opt-level=O2" in out
+    assert re.search(r"  vmvx: modules/vmvx\.vmfb, [\d.]+ KiB, driver local-task, sha256 [0-9a-f]{16}", out), out
+    assert "--iree-hal-local-target-device-backends=vmvx" in out and "--iree-opt-level=O2" in out
     assert "raise-torch-to-cuvil: linear x2, relu_epilogue x1" in out
     assert re.search(r"versions: .*torch-mlir \d+", out), out
 
@@ -140,7 +151,7 @@ def test_inspect_json_is_the_stored_metadata(mlp, capsys):
     with zipfile.ZipFile(mlp.pkg) as z:
         stored = json.loads(z.read("metadata.json"))
     assert printed == stored
-    assert printed["format_version"] == 1 and printed["modules"][0]["target"] == "cpu"
+    assert printed["format_version"] == 1 and [m["target"] for m in printed["modules"]] == ["cpu", "vmvx"]
 
 
 def test_emit_stages_print_ir_instead_of_compiling(mlp, capsys, tmp_path):
@@ -167,6 +178,7 @@ def test_passes_lists_passes_and_patterns(capsys):
     assert "raise-torch-to-cuvil: torch ops -> cuvil.linear/conv2d/attention/norm" in out
     assert re.search(r"  mul_by_one +on torch\.aten\.mul\.Scalar: mul\.Scalar\(x, 1\) -> x", out), out
     assert "lower-cuvil-to-torch:" in out
+    assert "  option attention: sdpa | decomposed (default sdpa" in out
     assert "verify-no-cuvil: fail if a Cuvil op reaches IREE" in out
 
 
@@ -311,9 +323,21 @@ def test_opt_unknown_pass_lists_known_passes(tmp_path):
     src = tmp_path / "in.mlir"
     src.write_text(RELU_MLIR)
     result = run(src, "-p", "raise-torch-to-cuvil,no-such-pass", script="cuvil-opt")
-    assert_clean_error(result.returncode, result.stderr, "unknown pass 'no-such-pass'",
-                       "known passes: lower-cuvil-to-torch, raise-torch-to-cuvil, verify-no-cuvil", prog="cuvil-opt")
+    known = ", ".join(builtin_registry().names())
+    assert "raise-torch-to-cuvil" in known
+    assert_clean_error(result.returncode, result.stderr, "unknown pass 'no-such-pass'", f"known passes: {known}", prog="cuvil-opt")
     assert result.stdout == ""
+
+
+def test_opt_pass_options(tmp_path, capsys):
+    src = tmp_path / "in.mlir"
+    src.write_text(RELU_MLIR)
+    assert cli.opt_main([str(src), "-p", "lower-cuvil-to-torch{attention=decomposed},verify-no-cuvil"]) == 0
+    assert "torch.aten.relu" in capsys.readouterr().out
+    assert cli.opt_main([str(src), "-p", "lower-cuvil-to-torch{attention=flash}"]) == 1
+    assert_clean_error(1, capsys.readouterr().err, "option attention=flash is not one of sdpa, decomposed", prog="cuvil-opt")
+    assert cli.opt_main([str(src), "-p", "verify-no-cuvil{x=1}"]) == 1
+    assert_clean_error(1, capsys.readouterr().err, "pass 'verify-no-cuvil' takes no options", prog="cuvil-opt")
 
 
 def test_opt_parse_error_names_file_line_and_column(tmp_path, capsys):
