@@ -94,8 +94,16 @@ def _parse_metadata(raw: bytes, path: Path) -> dict:
     for key in ("signature", "modules"):
         if key not in meta:
             raise PackageError(f"{path} is corrupt: metadata.json lacks '{key}'")
-    if not meta["modules"]:
+    if not isinstance(meta["modules"], list) or not meta["modules"]:
         raise PackageError(f"{path} holds no modules")
+    signature = meta["signature"]
+    well_formed = isinstance(signature, dict) and all(
+        isinstance(signature.get(side), list)
+        and all(isinstance(s, dict) and isinstance(s.get("shape"), list) and isinstance(s.get("dtype"), str) for s in signature[side])
+        for side in ("inputs", "outputs")
+    )
+    if not well_formed:
+        raise PackageError(f"{path} is corrupt: metadata.json has a malformed signature")
     return meta
 
 

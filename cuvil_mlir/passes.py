@@ -146,10 +146,12 @@ def run_pipeline(module: ir.Module, passes: list[Pass], *, repro_dir: str | None
         try:
             fired[p.name] = run_pass(p, module)
             _verify(module, p.name)
-        except (PatternFailure, PassError, ir.MLIRError) as e:
-            raise _with_repro(e, p, before, repro_dir) from e
-        except CuvilError:
+        except CuvilError as e:
+            if e.repro is None:  # a pass's own error (e.g. verify-no-cuvil): add the repro
+                e.repro = _save_repro(p, before, repro_dir)
             raise
+        except (PatternFailure, ir.MLIRError) as e:
+            raise PassError(f"pass '{p.name}' failed: {e}", repro=_save_repro(p, before, repro_dir)) from e
     return fired
 
 
@@ -165,10 +167,10 @@ def _diagnostics_text(e: ir.MLIRError) -> str:
     return "; ".join(notes) if notes else str(e)
 
 
-def _with_repro(e: Exception, p: Pass, before: bytes, repro_dir: str | None) -> PassError:
+def _save_repro(p: Pass, before: bytes, repro_dir: str | None) -> str:
+    """Write the pass's input to a file; return the cuvil-opt command that reruns the pass."""
     directory = repro_dir or tempfile.gettempdir()
     fd, path = tempfile.mkstemp(prefix=f"cuvil-repro-{p.name}-", suffix=".mlirbc", dir=directory)
     with os.fdopen(fd, "wb") as f:
         f.write(before)
-    message = str(e) if isinstance(e, PassError) else f"pass '{p.name}' failed: {e}"
-    return PassError(message, repro=f"cuvil-opt {path} -p {p.name}")
+    return f"cuvil-opt {path} -p {p.name}"

@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from cuvil_mlir.diagnostics import location_text
 from cuvil_mlir.ir import ir, rewrite
 from cuvil_mlir.tensor_types import TensorInfo, tensor_info, vtensor_type_text
 
@@ -101,7 +102,7 @@ def _adapt(pattern: Pattern, fired: Counter):
         except PatternFailure:
             raise
         except Exception as e:  # surface where it happened, not a bare binding traceback
-            raise PatternFailure(pattern, op.operation.name, str(op.location), e) from e
+            raise PatternFailure(pattern, op.operation.name, location_text(op.location), e) from e
         if replacement is None:
             return True  # upstream convention: truthy = no match
         values = list(replacement) if isinstance(replacement, (list, tuple)) else [replacement]
