@@ -21,6 +21,10 @@ DEFAULT_FALLBACKS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Fields that name the target rather than option it (an option is written name{option=value}).
+NAME_FIELDS = ("arch", "opt_level", "product")
+
+
 @dataclass(frozen=True)
 class Target:
     arch: str
@@ -29,12 +33,34 @@ class Target:
     kind: ClassVar[str] = ""
     driver: ClassVar[str] = ""
     default_arch: ClassVar[str] = ""
+    archs: ClassVar[tuple[str, ...]] = ()  # the canonical names (listed in errors and `cuvil targets`)
+    aliases: ClassVar[dict[str, str]] = {}  # another name a user may type (a product: h200) -> its arch
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}  # option field -> its allowed values, default first
+    needs: ClassVar[str] = ""  # what running the module needs, in words
     stages: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = DEFAULT_STAGES
     fallbacks: ClassVar[tuple[tuple[str, str], ...]] = DEFAULT_FALLBACKS
 
     @property
+    def name(self) -> str:
+        """The name the target was asked for: its arch, or the alias (product) it came from."""
+        return self.arch
+
+    @property
     def spec(self) -> str:
-        return self.kind if self.arch == self.default_arch else f"{self.kind}:{self.arch}"
+        """The string parse_target() turns back into this target: kind[:name][{option=value,...}]."""
+        options = self.options()
+        if not options:
+            return self.kind if self.name == self.default_arch else f"{self.kind}:{self.name}"
+        return f"{self.kind}:{self.name}{{{','.join(f'{k}={v}' for k, v in options.items())}}}"
+
+    def options(self) -> dict[str, str]:
+        """The option fields (all but arch, opt_level, product) that differ from their defaults."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name not in NAME_FIELDS and value != f.default:
+                out[f.name.replace("_", "-")] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
 
     def iree_flags(self) -> list[str]:
         raise NotImplementedError
@@ -53,3 +79,30 @@ class Target:
         parts = [self.kind, *(f"{f.name}={getattr(self, f.name)}" for f in fields(self)), *self.iree_flags()]
         parts += [p for _, passes in self.stages for p in passes]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class GpuTarget(Target):
+    """A GPU kind: its arch is one of ``archs``; a product name (``aliases``) resolves to its arch
+    and is kept in ``product``, because IREE's table for a product adds its CU/SM count, which
+    its heuristics use (ROCm code differs between gfx942 and mi300x)."""
+
+    product: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.product or self.arch
+
+    def __post_init__(self):
+        if self.arch not in self.archs:
+            raise ValueError(f"unknown {self.kind} arch '{self.arch}'; {self.valid_names()}")
+        if self.product and self.aliases.get(self.product) != self.arch:
+            raise ValueError(f"'{self.product}' is not a {self.kind} product with arch {self.arch}; {self.valid_names()}")
+        for option, allowed in self.choices.items():
+            if getattr(self, option) not in allowed:
+                raise ValueError(f"{option.replace('_', '-')}={getattr(self, option)} is not one of {', '.join(allowed)}")
+
+    @classmethod
+    def valid_names(cls) -> str:
+        products = ", ".join(f"{p} ({a})" for p, a in cls.aliases.items())
+        return f"valid: {', '.join(cls.archs)}; or one of these names: {products}"

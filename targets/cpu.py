@@ -24,6 +24,8 @@ class CpuTarget(Target):
     kind: ClassVar[str] = "cpu"
     driver: ClassVar[str] = "local-task"
     default_arch: ClassVar[str] = "host"
+    archs: ClassVar[tuple[str, ...]] = ("host", "<LLVM CPU name: znver4, skylake-avx512, ...>")
+    needs: ClassVar[str] = "nothing: IREE's local-task driver on this CPU (host) or one of that LLVM CPU name"
 
     def __post_init__(self):
         if not _CPU_NAME.match(self.arch):
@@ -48,6 +50,8 @@ class VmvxTarget(Target):
     kind: ClassVar[str] = "vmvx"
     driver: ClassVar[str] = "local-task"
     default_arch: ClassVar[str] = "generic"
+    archs: ClassVar[tuple[str, ...]] = ("generic",)
+    needs: ClassVar[str] = "nothing: any CPU IREE's runtime runs on"
 
     def __post_init__(self):
         if self.arch != "generic":

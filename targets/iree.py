@@ -39,7 +39,8 @@ def compile_to_vmfb(module: ir.Module, flags: list[str], *, input_type: str = "t
     except CompilerToolError as e:
         path = _save_input(data)
         first = _first_error(str(e))
-        cmd = " ".join(["iree-compile", shlex.quote(path), f"--iree-input-type={input_type}", *flags, "-o", "out.vmfb"])
+        # quoted: a flag may carry an attribute (a #hal.device.target with spaces, quotes, <>, |)
+        cmd = shlex.join(["iree-compile", path, f"--iree-input-type={input_type}", *flags, "-o", "out.vmfb"])
         raise CompileError(f"IREE failed to compile the module: {first}", repro=cmd) from e
 
 
