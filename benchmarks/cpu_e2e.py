@@ -389,6 +389,7 @@ def parse_args(argv=None):
     p.add_argument("--inputs", type=int, default=3, help="different input sets to rotate over (default 3)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch and IREE threads (default: torch's)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="directory for the .md and .json")
+    p.add_argument("--tag", default="", help="suffix of the result files: cpu_e2e-<date>-<tag>.md")
     p.add_argument("--note", action="append", default=[], help="a line added to the report's notes (repeatable)")
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failing backends")
     opts = p.parse_args(argv)
@@ -434,7 +435,7 @@ def main(argv=None) -> int:
 
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"cpu_e2e-{now.strftime('%Y-%m-%d')}"
+    stem = out / ("cpu_e2e-" + now.strftime("%Y-%m-%d") + (f"-{opts.tag}" if opts.tag else ""))
     md = to_markdown(report)
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     stem.with_suffix(".md").write_text(md)

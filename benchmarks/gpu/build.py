@@ -1,0 +1,346 @@
+"""Build everything the H200 measurement needs, on this (CPU) machine, into the git-ignored .gpu/.
+
+    python benchmarks/gpu/build.py fetch      # IREE runtime wheel (cp312, trimmed) + Debian's libvulkan1 .deb
+    python benchmarks/gpu/build.py compile    # every model x batch x variant -> .gpu/cases/<model>-b<batch>/
+    python benchmarks/gpu/build.py pack       # split the cases into runs that fit the device tool -> .gpu/runN/
+    python benchmarks/gpu/build.py all        # the three, in order
+
+Variants of each case (one .vmfb each):
+  cuvil_h200            cuvil_mlir.compile(target="cuda:h200")            hopper-mode=ptx-jit (sm_89 PTX)
+  cuvil_h200_td         cuvil_mlir.compile(target="cuda:h200{hopper-mode=target-description}")  (sm_90 PTX)
+  cuvil_sm_89           cuvil_mlir.compile(target="cuda:sm_89")           (same flags as ptx-jit: deduplicated)
+  plain_h200            torch_mlir.fx.export_and_import -> bytecode -> iree.compiler.compile_str with the
+                        flags of cuda:h200: IREE without any Cuvil code
+  cuvil_vulkan_ampere   cuvil_mlir.compile(target="vulkan:ampere")
+  cuvil_vulkan          cuvil_mlir.compile(target="vulkan")              (portable; fp32 compute only)
+Every variant is compiled from the fp16 model (``.half()`` on model and float inputs); where fp16 fails
+to compile, from the fp32 model, and case.json says so. Inputs and the PyTorch CPU reference outputs
+(from the fp32 model on the same input values) are saved as .npy beside the modules.
+
+This file and run_on_h200.py are the only benchmark files that import iree.compiler: the plain-IREE
+baseline must not go through Cuvil.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+import zipfile
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+GPU_DIR = REPO / ".gpu"
+sys.path.insert(0, str(REPO / "examples"))
+
+import models  # noqa: E402
+
+RUNTIME_WHEEL = "iree-base-runtime==3.13.0"
+
+# model name -> (builder in examples/models.py, its keyword arguments; batch is added per case)
+MODELS = {
+    "mlp": ("mlp", {}),
+    "cnn": ("small_cnn", {}),
+    "transformer": ("transformer_block", {}),
+    "gpt2": ("gpt2", {}),  # the e2e size: 2 layers, width 64, seq 16, vocab 256
+    # GPT-2-small width (d=768, 12 heads, seq 128), one layer so a fp16 module is ~15 MB
+    "gpt2s": ("gpt2", {"layers": 1, "d_model": 768, "heads": 12, "seq": 128}),
+}
+BATCHES = (1, 8)
+
+# variant -> (how it is built, target spec)
+VARIANTS = {
+    "cuvil_h200": ("cuvil", "cuda:h200"),
+    "cuvil_h200_td": ("cuvil", "cuda:h200{hopper-mode=target-description}"),
+    "cuvil_sm_89": ("cuvil", "cuda:sm_89"),
+    "plain_h200": ("plain", "cuda:h200"),
+    "cuvil_vulkan_ampere": ("cuvil", "vulkan:ampere"),
+    "cuvil_vulkan": ("cuvil", "vulkan"),
+}
+# Variants left out of a model by default: the fp32 portable Vulkan module of gpt2s is ~30 MB.
+SKIP = {"gpt2s": {"cuvil_vulkan"}}
+
+# What the device tool carries per run: 64 MiB for the whole tree; keep a margin for the repo itself.
+RUN_BUDGET_MIB = 62.0
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- fetch
+
+
+def fetch(out: Path) -> None:
+    """The IREE runtime wheel for CPython 3.12 (trimmed: tracy builds and tools we do not run are
+    dropped, ~14 -> ~4 MB) and Debian's Vulkan loader, into out/common/."""
+    whl_dir, deb_dir, orig = out / "common" / "whl", out / "common" / "deb", out / "orig-whl"
+    for d in (whl_dir, deb_dir, orig):
+        d.mkdir(parents=True, exist_ok=True)
+    if not list(orig.glob("iree_base_runtime-*.whl")):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                        "--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
+                        "-d", str(orig), RUNTIME_WHEEL], check=True)
+    for w in whl_dir.glob("*.whl"):
+        w.unlink()
+    for w in orig.glob("iree_base_runtime-*.whl"):
+        trim_wheel(w, whl_dir / w.name)
+    if not list(deb_dir.glob("libvulkan1_*.deb")):
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        subprocess.run(["apt-get", "download", "libvulkan1"], cwd=deb_dir, check=True)
+    for p in sorted((out / "common").rglob("*.*")):
+        log(f"  {p.relative_to(out)}: {p.stat().st_size / 2**20:.2f} MiB")
+
+
+# Inside the wheel we keep the Python packages, the runtime extension and these tools.
+KEEP_TOOLS = {"iree-benchmark-module", "iree-run-module", "iree-dump-module"}
+
+
+def trim_wheel(src: Path, dst: Path) -> None:
+    """A copy of the runtime wheel without the tracy-instrumented build and the tools not used there
+    (RECORD lists exactly what is left, so pip installs it as usual)."""
+    def keep(name: str) -> bool:
+        if name.startswith("iree/_runtime_libs_tracy/"):
+            return False
+        if name.startswith("iree/_runtime_libs/") and "/" not in name[len("iree/_runtime_libs/"):]:
+            base = name.rsplit("/", 1)[1]
+            return base.endswith((".py", ".so")) or base in KEEP_TOOLS
+        return True
+
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            if not keep(info.filename):
+                continue
+            data = zin.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                lines = [line for line in data.decode().splitlines() if keep(line.split(",", 1)[0])]
+                data = ("\n".join(lines) + "\n").encode()
+            zout.writestr(info, data)
+
+
+# ---------------------------------------------------------------- compile
+
+
+def build_model(name: str, batch: int):
+    builder, kwargs = MODELS[name]
+    kwargs = {**kwargs, "batch": batch}
+    model, args = getattr(models, builder)(**kwargs)
+    return model, args, builder, kwargs
+
+
+def param_checksum(model) -> list[float]:
+    """sum and sum of squares of every parameter and buffer (float64): the GPU side rebuilds the model
+    from the same seed and compares, to know whether its torch outputs can be checked against ours."""
+    s = s2 = 0.0
+    for t in list(model.state_dict().values()):
+        if t.is_floating_point():
+            t = t.detach().double()
+            s += float(t.sum())
+            s2 += float((t * t).sum())
+    return [s, s2]
+
+
+def half_inputs(args):
+    return tuple(a.half() if a.is_floating_point() else a for a in args)
+
+
+def compile_cuvil(model, args, spec: str):
+    import cuvil_mlir
+
+    cm = cuvil_mlir.compile(model, args, target=spec)
+    m = cm.modules[0]
+    return m.vmfb, {"iree_flags": list(m.iree_flags), "passes": list(m.passes),
+                    "compile_breakdown_s": cm.metadata["compile_seconds"], "patterns_fired": cm.patterns_fired}
+
+
+def compile_plain(model, args, spec: str):
+    """torch-mlir's own import (default decompositions) straight into IREE with the target's flags."""
+    import iree.compiler
+    from torch_mlir import fx
+
+    from cuvil_mlir.targets import parse_target
+
+    flags = parse_target(spec).iree_flags()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = fx.export_and_import(model, *args, output_type="torch")
+    buf = io.BytesIO()
+    module.operation.write_bytecode(buf)
+    return iree.compiler.compile_str(buf.getvalue(), input_type="torch", extra_args=flags), {"iree_flags": flags}
+
+
+COMPILERS = {"cuvil": compile_cuvil, "plain": compile_plain}
+
+
+def failure_text(e: BaseException) -> str:
+    """The first 'error:' line (IREE's diagnostics), else the first line; short."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    first = next((line for line in lines if "error:" in line), lines[0] if lines else "")
+    return f"{type(e).__name__}: {first[:400]}"
+
+
+def compile_case(name: str, batch: int, variants: list[str], out: Path) -> dict:
+    case_dir = out / "cases" / f"{name}-b{batch}"
+    case_dir.mkdir(parents=True, exist_ok=True)
+    model32, args32, builder, kwargs = build_model(name, batch)
+    model16, args16 = copy.deepcopy(model32).half(), half_inputs(args32)
+    # the reference sees exactly the fp16 inputs' values, in fp32
+    ref_args = tuple(a.float() if a.is_floating_point() else a for a in args16)
+    with torch.no_grad():
+        ref = model32(*ref_args)
+    refs = ref if isinstance(ref, tuple) else (ref,)
+
+    case = {"case": case_dir.name, "model": name, "batch": batch, "builder": builder, "kwargs": kwargs,
+            "param_checksum": param_checksum(model32), "inputs": {}, "refs": [], "variants": {}}
+    for dtype, args in (("float16", args16), ("float32", ref_args)):
+        files = []
+        for i, a in enumerate(args):
+            f = f"input{i}_{dtype}.npy" if a.is_floating_point() else f"input{i}.npy"
+            np.save(case_dir / f, a.numpy())
+            files.append(f)
+        case["inputs"][dtype] = files
+    for i, r in enumerate(refs):
+        np.save(case_dir / f"ref{i}.npy", r.numpy())
+        case["refs"].append(f"ref{i}.npy")
+
+    by_hash: dict[str, str] = {}
+    for variant in variants:
+        how, spec = VARIANTS[variant]
+        info = {"how": how, "target": spec, "driver": spec.split(":")[0].split("{")[0], "attempts": []}
+        for dtype, model, args in (("float16", model16, args16), ("float32", model32, ref_args)):
+            start = time.perf_counter()
+            try:
+                vmfb, extra = COMPILERS[how](model, args, spec)
+            except Exception as e:  # a failing variant is a result: record it, try fp32, go on
+                info["attempts"].append({"dtype": dtype, "status": failure_text(e), "compile_s": round(time.perf_counter() - start, 2)})
+                log(f"    {variant} {dtype}: FAILED {failure_text(e)[:200]}")
+                continue
+            seconds = round(time.perf_counter() - start, 2)
+            digest = hashlib.sha256(vmfb).hexdigest()
+            info.update(extra, dtype=dtype, compile_s=seconds, bytes=len(vmfb), sha256=digest)
+            info["attempts"].append({"dtype": dtype, "status": "ok", "compile_s": seconds})
+            if digest in by_hash:  # e.g. cuda:h200 (ptx-jit) and cuda:sm_89 give the same flags
+                info["same_as"] = by_hash[digest]
+            else:
+                by_hash[digest] = variant
+                info["file"] = f"{variant}.vmfb"
+                (case_dir / info["file"]).write_bytes(vmfb)
+            log(f"    {variant} {dtype}: {len(vmfb) / 2**20:.2f} MiB in {seconds:.1f} s" + (f" (= {info['same_as']})" if "same_as" in info else ""))
+            break
+        info["status"] = "ok" if "dtype" in info else "failed"
+        case["variants"][variant] = info
+    (case_dir / "case.json").write_text(json.dumps(case, indent=1))
+    return case
+
+
+def compile_all(out: Path, names: list[str], batches: list[int], variants: list[str]) -> None:
+    summary = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "versions": {}, "cases": []}
+    for dist in ("cuvil-mlir", "torch", "torch-mlir", "iree-base-compiler", "transformers", "numpy"):
+        try:
+            summary["versions"][dist] = version(dist)
+        except Exception:
+            summary["versions"][dist] = "not installed"
+    for name in names:
+        for batch in batches:
+            log(f"  {name} batch {batch}")
+            try:
+                case = compile_case(name, batch, [v for v in variants if v not in SKIP.get(name, ())], out)
+            except Exception as e:
+                traceback.print_exc()
+                log(f"  {name} batch {batch}: FAILED before compiling: {failure_text(e)}")
+                continue
+            summary["cases"].append(case["case"])
+    (out / "build.json").write_text(json.dumps(summary, indent=1))
+
+
+# ---------------------------------------------------------------- pack
+
+
+def size_mib(paths) -> float:
+    return sum(p.stat().st_size for p in paths) / 2**20
+
+
+def pack(out: Path, budget_mib: float) -> list[Path]:
+    """Split the cases over runs of at most budget_mib each (out/common/ counted in every run):
+    modules in case order, a new run when the next one would not fit. A case's small files (json,
+    npy) go with each of its parts; its torch competitors are measured in the first run that has
+    it (torch.flag). Files are hard links: out/runN/<case>/."""
+    for old in out.glob("run[0-9]*"):
+        shutil.rmtree(old)
+    common = size_mib(p for p in (out / "common").rglob("*") if p.is_file())
+    room = budget_mib - common
+    runs: list[dict[Path, list[Path]]] = [{}]
+    used = [0.0]
+    for case_dir in sorted((out / "cases").iterdir(), key=_case_order):
+        small = [p for p in case_dir.iterdir() if p.suffix != ".vmfb"]
+        modules = sorted(case_dir.glob("*.vmfb"), key=lambda p: p.stat().st_size)
+        for files in [[m] for m in modules] or [[]]:
+            size = size_mib(files) + (0 if case_dir in runs[-1] else size_mib(small))
+            if runs[-1] and used[-1] + size > room:
+                runs.append({})
+                used.append(0.0)
+                size = size_mib(files + small)
+            runs[-1].setdefault(case_dir, list(small)).extend(files)
+            used[-1] += size
+    paths, seen = [], set()
+    for i, run in enumerate(runs, 1):
+        run_dir = out / f"run{i}"
+        for case_dir, files in run.items():
+            dst = run_dir / case_dir.name
+            dst.mkdir(parents=True)
+            for f in files:
+                os.link(f, dst / f.name)
+            (dst / "torch.flag").write_text("0" if case_dir in seen else "1")
+            seen.add(case_dir)
+        total = common + size_mib(p for p in run_dir.rglob("*") if p.is_file())
+        log(f"  {run_dir.name}: {total:.1f} MiB with common/: " + ", ".join(
+            f"{c.name}[{' '.join(f.stem for f in fs if f.suffix == '.vmfb')}]" for c, fs in run.items()))
+        if total > budget_mib:
+            log(f"  {run_dir.name}: over the budget of {budget_mib} MiB (one module is larger than a run)")
+        paths.append(run_dir)
+    return paths
+
+
+def _case_order(case_dir: Path):
+    name, _, batch = case_dir.name.rpartition("-b")
+    order = list(MODELS)
+    return (order.index(name) if name in order else len(order), int(batch) if batch.isdigit() else 0)
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("step", choices=("fetch", "compile", "pack", "all"))
+    p.add_argument("--out", type=Path, default=GPU_DIR)
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--budget-mib", type=float, default=RUN_BUDGET_MIB)
+    opts = p.parse_args()
+    opts.out.mkdir(parents=True, exist_ok=True)
+    if opts.step in ("fetch", "all"):
+        fetch(opts.out)
+    if opts.step in ("compile", "all"):
+        compile_all(opts.out, opts.models.split(","), [int(b) for b in opts.batches.split(",")], opts.variants.split(","))
+    if opts.step in ("pack", "all"):
+        pack(opts.out, opts.budget_mib)
+
+
+if __name__ == "__main__":
+    main()
