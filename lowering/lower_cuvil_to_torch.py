@@ -10,6 +10,8 @@ Test: tests/lowering/lower-cuvil-to-torch.mlir.
 
 from __future__ import annotations
 
+import numpy as np
+
 from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.ir import ir
 from cuvil_mlir.passes import ConfigurablePass
@@ -94,12 +96,18 @@ def attention_decomposed(op, rewriter):
     if op.mask is not None:
         scores = _apply_mask(scores, op.mask, scores_type)
     if causal:
-        bool_type = vtensor_type([length, source], "i1")
-        ones = build("torch.aten.ones", [torch_int_list([length, source]), torch_int(11), torch_none(), torch_none(), torch_none()], bool_type)
-        keep = build("torch.aten.tril", [ones, torch_int(0)], bool_type)
-        scores = build("torch.aten.where.ScalarOther", [keep, scores, torch_float(float("-inf"))], scores_type)
+        scores = build("torch.aten.where.ScalarOther", [_causal_keep_mask(length, source), scores, torch_float(float("-inf"))], scores_type)
     probs = build("torch.aten.softmax.int", [scores, torch_int(-1), torch_none()], scores_type)
     return build("torch.aten.matmul", [probs, op.v], op.result.type)
+
+
+def _causal_keep_mask(length: int, source: int):
+    """A constant [L, S] boolean mask, true on and below the diagonal (top-left aligned, as
+    torch's is_causal). A literal rather than ones+tril: tril's index arithmetic needs 64-bit
+    integers, which some Vulkan targets lack."""
+    keep = np.tril(np.ones((length, source), dtype=bool))
+    attr = ir.DenseElementsAttr.get(keep, type=ir.RankedTensorType.get([length, source], ir.IntegerType.get_signless(1)))
+    return build("torch.vtensor.literal", [], vtensor_type([length, source], "i1"), {"value": attr})
 
 
 def _apply_mask(scores, mask, scores_type):

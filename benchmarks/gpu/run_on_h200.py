@@ -1,0 +1,422 @@
+"""Measure the modules built by build.py on the GPU machine (the H200), next to PyTorch on the same GPU.
+
+    python3 benchmarks/gpu/run_on_h200.py .gpu/run1 --out $OUT          # there, from the repository root
+
+Runs THERE: Python 3.12 with torch (CUDA), no cuvil_mlir, no torch-mlir, no IREE. It installs the
+IREE runtime from the wheel in .gpu/common/whl into a scratch folder, unpacks the Vulkan loader from
+.gpu/common/deb, and points VK_DRIVER_FILES at the NVIDIA driver's ICD. Then, per case folder
+(<model>-b<batch>/ with case.json, inputs, references and .vmfb files):
+  - every module: numerics through iree.runtime (in a child process, so a crashing driver costs one
+    row, not the run): load time (includes the driver's PTX JIT), first call, max rel. error against
+    the PyTorch CPU fp32 reference; then latency with iree-benchmark-module (the IREE way);
+  - PyTorch on the same GPU (fp16, examples/models.py rebuilt from the same seed): eager,
+    torch.compile default and mode="reduce-overhead" (CUDA graphs), timed with CUDA events.
+Everything goes to $OUT/results-<run>.json, written after each item.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+SITE = Path(os.environ.get("IREE_SITE", "/tmp/iree-site"))  # the runtime wheel is installed here
+DEVICE = os.environ.get("BENCH_TORCH_DEVICE", "cuda")  # "cpu" only to try this script without a GPU
+ICD_GLOBS = ("/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd*.json", "/usr/share/vulkan/icd.d/nvidia_icd*.json",
+             "/etc/vulkan/icd.d/nvidia_icd*.json", "/usr/local/nvidia/**/nvidia_icd*.json")
+BENCH_FLAGS = ["--benchmark_repetitions=10", "--benchmark_min_warmup_time=1", "--device_allocator=caching",
+               "--function=main"]
+CHECK_TIMEOUT_S = 180
+BENCH_TIMEOUT_S = 120
+TORCH_REPS = 200
+TORCH_WARMUP = 25
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def short(text: str, n: int = 600) -> str:
+    """The lines that say what failed (IREE's 'error'/'ERROR'/status lines first), cut to n chars."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    keys = [line for line in lines if any(k in line for k in ("error", "ERROR", "Error", "INTERNAL", "UNAVAILABLE",
+                                                                 "UNKNOWN", "FAILED", "failed", "RESOURCE"))]
+    return " | ".join(keys or lines[-3:])[:n]
+
+
+# ---------------------------------------------------------------- setup there
+
+
+def setup(common: Path) -> dict:
+    """Install the IREE runtime wheel, bring the Vulkan loader, find the NVIDIA ICD."""
+    env: dict = {}
+    if not (SITE / "iree" / "runtime").exists():
+        wheels = sorted(str(p) for p in (common / "whl").glob("*.whl"))
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(SITE), *wheels],
+                           capture_output=True, text=True)
+        env["pip"] = "ok" if r.returncode == 0 else short(r.stderr)
+    sys.path.insert(0, str(SITE))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+
+    have_loader = "libvulkan.so.1" in subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    env["vulkan_loader"] = "already there" if have_loader else "unpacked from " + ", ".join(p.name for p in (common / "deb").glob("*.deb"))
+    if not have_loader:
+        for deb in (common / "deb").glob("*.deb"):
+            subprocess.run(["dpkg", "-x", str(deb), "/"], check=False)
+        subprocess.run(["ldconfig"], check=False)
+    icds = [p for g in ICD_GLOBS for p in sorted(glob.glob(g, recursive=True))]
+    env["vulkan_icd_candidates"] = icds
+    if icds:
+        os.environ["VK_DRIVER_FILES"] = icds[0]
+        env["VK_DRIVER_FILES"] = icds[0]
+    return env
+
+
+def tool(name: str) -> str:
+    return str(SITE / "iree" / "_runtime_libs" / name)
+
+
+def machine() -> dict:
+    out = {"python": platform.python_version(), "hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count()}
+    q = "name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,pstate"
+    r = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True, text=True)
+    out["nvidia_smi"] = dict(zip(q.split(","), [v.strip() for v in r.stdout.strip().split(",")])) if r.returncode == 0 else short(r.stderr)
+    r = subprocess.run(["nvidia-smi"], capture_output=True, text=True)
+    out["cuda_version_smi"] = next((line.split("CUDA Version:")[1].strip(" |") for line in r.stdout.splitlines() if "CUDA Version" in line), "")
+    r = subprocess.run([tool("iree-run-module"), "--list_devices"], capture_output=True, text=True, timeout=60)
+    out["iree_devices"] = (r.stdout + r.stderr).strip().splitlines()[:12]
+    return out
+
+
+def versions() -> dict:
+    from importlib.metadata import version
+
+    out = {}
+    for dist in ("torch", "triton", "transformers", "numpy"):
+        try:
+            out[dist] = version(dist)
+        except Exception:
+            out[dist] = "not installed"
+    try:
+        import iree.runtime  # noqa: F401  (the wheel installed into SITE imports)
+        out["iree-base-runtime"] = version("iree-base-runtime")
+    except Exception as e:
+        out["iree-base-runtime"] = f"import failed: {short(e)}"
+    import torch
+
+    out["torch_cuda"] = torch.version.cuda
+    return out
+
+
+# ---------------------------------------------------------------- IREE: numerics (child process)
+
+
+def check(case_dir: Path, variant: str) -> dict:
+    """Load one module on its device, call main once on the saved inputs, compare with the refs."""
+    import iree.runtime as rt
+
+    case = json.loads((case_dir / "case.json").read_text())
+    info = case["variants"][variant]
+    inputs = [np.load(case_dir / f) for f in case["inputs"][info["dtype"]]]
+    refs = [np.load(case_dir / f) for f in case["refs"]]
+    out = {}
+    t0 = time.perf_counter()
+    config = rt.Config(info["driver"])
+    device = config.device
+    ctx = rt.SystemContext(config=config)
+    t1 = time.perf_counter()
+    vm = rt.VmModule.copy_buffer(ctx.instance, (case_dir / info["file"]).read_bytes())
+    ctx.add_vm_module(vm)
+    t2 = time.perf_counter()
+    out["device_create_s"], out["module_load_s"] = round(t1 - t0, 4), round(t2 - t1, 4)
+    fn = vm.lookup_function("main")
+    for i in range(2):  # first call (lazy work), then a second one, timed alone
+        args = rt.VmVariantList(len(inputs))
+        for a in inputs:  # copy into device buffers: importing host pointers is not reliable on Vulkan
+            args.push_ref(device.allocator.allocate_buffer_copy(
+                memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT, device=device,
+                buffer=np.ascontiguousarray(a), element_type=rt.array_interop.map_dtype_to_element_type(a.dtype)))
+        results = rt.VmVariantList(4)
+        t3 = time.perf_counter()
+        ctx.vm_context.invoke(fn, args, results)
+        views = [results.get_as_object(j, rt.HalBufferView) for j in range(len(results))]
+        got = [to_host(rt, device, v) for v in views]
+        out["first_call_s" if i == 0 else "second_call_s"] = round(time.perf_counter() - t3, 4)
+    out.update(compare(got, refs))
+    return out
+
+
+def to_host(rt, device, view) -> np.ndarray:
+    """Device buffer -> a host-visible staging buffer -> numpy (no mapping of device memory)."""
+    source = view.get_buffer()
+    host = device.allocator.allocate_buffer(
+        memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,
+        allowed_usage=rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED,
+        allocation_size=source.byte_length())
+    sem = device.create_semaphore(0)
+    device.queue_copy(source, host, wait_semaphores=rt.HalFence.create_at(sem, 0), signal_semaphores=rt.HalFence.create_at(sem, 1))
+    rt.HalFence.create_at(sem, 1).wait()
+    dtype = rt.HalElementType.map_to_dtype(view.element_type)
+    return np.array(host.map().asarray(list(view.shape), dtype))
+
+
+def compare(got: list[np.ndarray], refs: list[np.ndarray]) -> dict:
+    """max|got-ref|/max|ref| (the e2e tests' measure) and ||got-ref||/||ref||, worst over outputs."""
+    if len(got) != len(refs):
+        return {"numerics": f"{len(got)} outputs, expected {len(refs)}"}
+    max_rel = norm_rel = 0.0
+    for g, r in zip(got, refs):
+        if tuple(g.shape) != tuple(r.shape):
+            return {"numerics": f"shape {list(g.shape)}, expected {list(r.shape)}"}
+        g64, r64 = np.asarray(g, np.float64), np.asarray(r, np.float64)
+        if not np.isfinite(g64).all():
+            return {"numerics": "non-finite values in the output", "nonfinite": int((~np.isfinite(g64)).sum())}
+        d = np.abs(g64 - r64)
+        max_rel = max(max_rel, float(d.max() / max(np.abs(r64).max(), 1e-30)))
+        norm_rel = max(norm_rel, float(np.linalg.norm(d) / max(np.linalg.norm(r64), 1e-30)))
+    return {"numerics": "ok", "max_rel_err": max_rel, "norm_rel_err": norm_rel, "out_dtype": str(got[0].dtype)}
+
+
+def run_check(case_dir: Path, variant: str) -> dict:
+    cmd = [sys.executable, __file__, "--check", str(case_dir), variant]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"status": f"timed out after {CHECK_TIMEOUT_S} s"}
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    if r.returncode == 0 and lines:
+        return {"status": "ok", **json.loads(lines[-1])}
+    return {"status": f"failed (exit {r.returncode}): {short(r.stdout + r.stderr)}"}
+
+
+# ---------------------------------------------------------------- IREE: latency
+
+
+def run_benchmark(case_dir: Path, case: dict, variant: str, out_dir: Path) -> dict:
+    info = case["variants"][variant]
+    json_out = out_dir / f"bench-{case['case']}-{variant}.json"
+    cmd = [tool("iree-benchmark-module"), f"--module={case_dir / info['file']}", f"--device={info['driver']}", *BENCH_FLAGS,
+           *[f"--input=@{case_dir / f}" for f in case["inputs"][info["dtype"]]],
+           f"--benchmark_out={json_out}", "--benchmark_out_format=json"]
+    res = {"command": shlex.join(cmd).replace(str(REPO) + "/", "")}
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {**res, "status": f"timed out after {BENCH_TIMEOUT_S} s"}
+    if r.returncode != 0 or not json_out.exists():
+        return {**res, "status": f"failed (exit {r.returncode}): {short(r.stdout + r.stderr)}"}
+    data = json.loads(json_out.read_text())
+    json_out.unlink()
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+    reps = [b["real_time"] * scale[b.get("time_unit", "ns")] for b in data["benchmarks"] if b.get("run_type") == "iteration"]
+    agg = {b["aggregate_name"]: b["real_time"] * scale[b.get("time_unit", "ns")] for b in data["benchmarks"]
+           if b.get("run_type") == "aggregate" and b.get("aggregate_name") in ("mean", "median", "stddev")}
+    iters = [b["iterations"] for b in data["benchmarks"] if b.get("run_type") == "iteration"]
+    return {**res, "status": "ok", "median_ms": agg.get("median", float(np.median(reps))),
+            "p10_ms": float(np.percentile(reps, 10)), "p90_ms": float(np.percentile(reps, 90)),
+            "mean_ms": agg.get("mean"), "stddev_ms": agg.get("stddev"), "reps_ms": reps, "iterations": iters,
+            "benchmark": data["benchmarks"][0].get("run_name", data["benchmarks"][0].get("name"))}
+
+
+# ---------------------------------------------------------------- PyTorch on the GPU
+
+
+def torch_case(case_dir: Path, case: dict) -> dict:
+    import torch
+
+    sys.path.insert(0, str(REPO / "examples"))
+    import models
+
+    out = {}
+    model, _ = getattr(models, case["builder"])(**case["kwargs"])
+    checksum = param_checksum(model)
+    ref_cs = case["param_checksum"]
+    same = all(abs(a - b) <= 1e-6 * max(abs(b), 1.0) for a, b in zip(checksum, ref_cs))
+    out["same_weights_as_reference"] = same
+    out["param_checksum"] = checksum
+    model = model.half().to(DEVICE).eval()
+    inputs = [torch.from_numpy(np.load(case_dir / f)).to(DEVICE) for f in case["inputs"]["float16"]]
+    refs = [np.load(case_dir / f) for f in case["refs"]]
+
+    def eager():
+        return model(*inputs)
+
+    modes = {"eager": lambda: eager}
+    modes["compile_default"] = lambda: torch.compile(model, dynamic=False)
+    modes["compile_reduce_overhead"] = lambda: torch.compile(model, mode="reduce-overhead", dynamic=False)
+    for mode, make in modes.items():
+        torch._dynamo.reset()
+        try:
+            with torch.no_grad():
+                fn = make()
+                call = (lambda: fn(*inputs)) if mode != "eager" else fn
+                if mode == "compile_reduce_overhead":
+                    def call(fn=fn):  # a new step for the CUDA-graph tree: earlier outputs may be overwritten
+                        torch.compiler.cudagraph_mark_step_begin()
+                        return fn(*inputs)
+                t0 = time.perf_counter()
+                first = call()
+                sync()
+                first_s = time.perf_counter() - t0
+                res = {"status": "ok", "first_call_s": round(first_s, 3)}
+                got = first if isinstance(first, tuple) else (first,)
+                got = [g.detach().float().cpu().numpy() for g in got]
+                res.update(compare(got, refs) if same else {"numerics": "not checked: weights differ from the reference's"})
+                res.update(time_torch(call))
+                if mode == "compile_reduce_overhead":  # >0: inductor ran it without CUDA graphs
+                    from torch._dynamo.utils import counters
+                    res["cudagraph_skips"] = int(counters["inductor"]["cudagraph_skips"])
+        except Exception as e:
+            res = {"status": f"failed: {type(e).__name__}: {short(e, 400)}"}
+            traceback.print_exc()
+        out[mode] = res
+        log(f"    torch {mode}: {res.get('status')} {res.get('median_ms', '')}")
+    return out
+
+
+def sync() -> None:
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def param_checksum(model) -> list[float]:
+    s = s2 = 0.0
+    for t in model.state_dict().values():
+        if t.is_floating_point():
+            t = t.detach().double()
+            s += float(t.sum())
+            s2 += float((t * t).sum())
+    return [s, s2]
+
+
+def time_torch(call) -> dict:
+    """Per call: CUDA events around it and a wait for its end (the latency of one call, host
+    launch included), after a warm-up; also the host wall time of the same span."""
+    import torch
+
+    for _ in range(TORCH_WARMUP):
+        call()
+    sync()
+    ev, wall = [], []
+    for _ in range(TORCH_REPS):
+        if DEVICE != "cuda":  # trying the script on a CPU: host time only
+            t0 = time.perf_counter()
+            call()
+            wall.append((time.perf_counter() - t0) * 1e3)
+            ev.append(wall[-1])
+            continue
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        s.record()
+        call()
+        e.record()
+        e.synchronize()
+        wall.append((time.perf_counter() - t0) * 1e3)
+        ev.append(s.elapsed_time(e))
+    q = np.percentile(ev, [10, 50, 90])
+    return {"median_ms": float(q[1]), "p10_ms": float(q[0]), "p90_ms": float(q[2]), "reps": TORCH_REPS,
+            "wall_median_ms": float(np.median(wall)), "wall_p10_ms": float(np.percentile(wall, 10)),
+            "wall_p90_ms": float(np.percentile(wall, 90))}
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> None:
+    if len(sys.argv) >= 2 and sys.argv[1] == "--check":  # the child: one module's numerics
+        sys.path.insert(0, str(SITE))
+        print(json.dumps(check(Path(sys.argv[2]), sys.argv[3])), flush=True)
+        return
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", type=Path, nargs="+", help="run folders made by build.py pack (e.g. .gpu/run1)")
+    p.add_argument("--common", type=Path, default=REPO / ".gpu" / "common")
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
+    p.add_argument("--deadline", type=float, default=540, help="seconds after which no new item starts")
+    p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--cases", default="", help="comma-separated case names to run (default all)")
+    opts = p.parse_args()
+    start = time.monotonic()
+    opts.out.mkdir(parents=True, exist_ok=True)
+    name = "-".join(r.name for r in opts.run)
+    report = {"run": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": shlex.join(sys.argv),
+              "setup": setup(opts.common), "cases": {}}
+    report["machine"], report["versions"] = machine(), versions()
+    report["bench_flags"] = BENCH_FLAGS
+    report["torch_timing"] = f"{TORCH_WARMUP} warm-up calls, then {TORCH_REPS} calls, each between two CUDA events and waited for"
+    result_file = opts.out / f"results-{name}.json"
+    save = lambda: result_file.write_text(json.dumps(report, indent=1))  # noqa: E731
+    save()
+    log(json.dumps({k: report[k] for k in ("setup", "machine", "versions")}, indent=1))
+    wanted = set(filter(None, opts.cases.split(",")))
+    case_dirs = [d for r in opts.run for d in sorted(r.iterdir()) if (d / "case.json").exists() and (not wanted or d.name in wanted)]
+    for case_dir in case_dirs:
+        case = json.loads((case_dir / "case.json").read_text())
+        res = report["cases"].setdefault(case["case"], {"model": case["model"], "batch": case["batch"], "iree": {}, "torch": None})
+        log(f"== {case['case']}")
+        for variant, info in case["variants"].items():
+            row = {"target": info["target"], "how": info["how"], "dtype": info.get("dtype"),
+                   "compile_attempts": info["attempts"], "bytes": info.get("bytes")}
+            if info["status"] != "ok":
+                row["status"] = "compile failed here: " + "; ".join(f"{a['dtype']}: {a['status']}" for a in info["attempts"])
+            elif "same_as" in info:
+                row["status"] = f"same module as {info['same_as']}"
+                row["same_as"] = info["same_as"]
+            elif not (case_dir / info["file"]).exists():
+                continue  # in another run folder
+            elif time.monotonic() - start > opts.deadline:
+                row["status"] = "skipped: deadline"
+            else:
+                row["check"] = run_check(case_dir, variant)
+                row["bench"] = run_benchmark(case_dir, case, variant, opts.out)
+                row["status"] = "measured"
+                log(f"    {variant}: check {row['check'].get('status')} {row['check'].get('max_rel_err', '')}; "
+                    f"bench {row['bench'].get('status')} {row['bench'].get('median_ms', '')}")
+            res["iree"][variant] = row
+            save()
+        if not opts.no_torch and (case_dir / "torch.flag").read_text().strip() == "1":
+            if time.monotonic() - start > opts.deadline:
+                res["torch"] = {"status": "skipped: deadline"}
+            else:
+                try:
+                    res["torch"] = torch_case(case_dir, case)
+                except Exception as e:
+                    traceback.print_exc()
+                    res["torch"] = {"status": f"failed: {type(e).__name__}: {short(e, 400)}"}
+            save()
+    report["machine_after"] = machine()["nvidia_smi"]
+    report["elapsed_s"] = round(time.monotonic() - start, 1)
+    save()
+    print_table(report)
+
+
+def print_table(report: dict) -> None:
+    print(f"\n{report['run']}: {report['machine'].get('nvidia_smi')}  elapsed {report['elapsed_s']} s")
+    for case, res in report["cases"].items():
+        cells = []
+        for v, row in res["iree"].items():
+            b = row.get("bench", {})
+            c = row.get("check", {})
+            cells.append(f"{v}={b['median_ms']:.4f}ms/err{c.get('max_rel_err', float('nan')):.1e}" if b.get("status") == "ok"
+                         else f"{v}={row['status'][:60]}/{(b.get('status') or '')[:80]}/{(c.get('status') or '')[:80]}")
+        t = res.get("torch") or {}
+        for m in ("eager", "compile_default", "compile_reduce_overhead"):
+            if isinstance(t.get(m), dict):
+                cells.append(f"{m}={t[m].get('median_ms', float('nan')):.4f}ms" if t[m].get("status") == "ok" else f"{m}={t[m]['status'][:60]}")
+        print(f"{case}: " + "; ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
