@@ -69,7 +69,7 @@ def setup(common: Path) -> dict:
     sys.path.insert(0, str(SITE))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 
-    have_loader = "libvulkan.so.1" in subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    have_loader = "libvulkan.so.1" in sh(["ldconfig", "-p"])[1]
     env["vulkan_loader"] = "already there" if have_loader else "unpacked from " + ", ".join(p.name for p in (common / "deb").glob("*.deb"))
     if not have_loader:
         for deb in (common / "deb").glob("*.deb"):
@@ -87,15 +87,23 @@ def tool(name: str) -> str:
     return str(SITE / "iree" / "_runtime_libs" / name)
 
 
+def sh(cmd: list[str], timeout: float = 60) -> tuple[int, str]:
+    """(exit code, stdout + stderr); a missing program or a hang is an answer, not a crash."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return r.returncode, (r.stdout + r.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return -1, f"{type(e).__name__}: {e}"
+
+
 def machine() -> dict:
     out = {"python": platform.python_version(), "hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count()}
     q = "name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,pstate"
-    r = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True, text=True)
-    out["nvidia_smi"] = dict(zip(q.split(","), [v.strip() for v in r.stdout.strip().split(",")])) if r.returncode == 0 else short(r.stderr)
-    r = subprocess.run(["nvidia-smi"], capture_output=True, text=True)
-    out["cuda_version_smi"] = next((line.split("CUDA Version:")[1].strip(" |") for line in r.stdout.splitlines() if "CUDA Version" in line), "")
-    r = subprocess.run([tool("iree-run-module"), "--list_devices"], capture_output=True, text=True, timeout=60)
-    out["iree_devices"] = (r.stdout + r.stderr).strip().splitlines()[:12]
+    rc, text = sh(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"])
+    out["nvidia_smi"] = dict(zip(q.split(","), [v.strip() for v in text.split(",")])) if rc == 0 else text
+    rc, text = sh(["nvidia-smi"])
+    out["cuda_version_smi"] = next((line.split("CUDA Version:")[1].strip(" |") for line in text.splitlines() if "CUDA Version" in line), "")
+    out["iree_devices"] = sh([tool("iree-run-module"), "--list_devices"])[1].splitlines()[:12]
     return out
 
 

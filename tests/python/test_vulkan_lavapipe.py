@@ -22,10 +22,10 @@ from cuvil_mlir.runtime import probe_drivers
 pytestmark = pytest.mark.slow
 
 FLOAT32_TOLERANCE = {"mlp": 1e-5, "cnn": 1e-5, "transformer": 1e-4, "gpt2": 1e-4, "bert": 1e-4, "llama": 1e-4}
-# Linear, conv + batchnorm, attention + layernorm, and one Hugging Face model. bert and llama
-# match too (measured 2e-7, 3e-7) but lavapipe compiles their shaders on first load for
-# 20-30 s each (with Mesa's shader cache cold, as on a fresh CI machine).
-VULKAN_MODELS = ("mlp", "cnn", "transformer", "gpt2")
+# Linear + gelu/silu, conv + batchnorm + pooling, attention + layernorm. The Hugging Face
+# models match too (gpt2 3e-7, bert 2e-7, llama 3e-7, 2026-12-02) but lavapipe compiles their
+# shaders on first load for 20-30 s each when Mesa's shader cache is cold, as in CI.
+VULKAN_MODELS = ("mlp", "cnn", "transformer")
 FLOAT16_TOLERANCE = 1e-2
 
 
