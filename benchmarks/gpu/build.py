@@ -29,6 +29,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,9 +46,9 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_DIR = REPO / ".gpu"
-sys.path.insert(0, str(REPO / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import models  # noqa: E402
+import gpu_models  # noqa: E402
 
 RUNTIME_WHEEL = "iree-base-runtime==3.13.0"
 
@@ -59,6 +60,8 @@ MODELS = {
     "gpt2": ("gpt2", {}),  # the e2e size: 2 layers, width 64, seq 16, vocab 256
     # GPT-2-small width (d=768, 12 heads, seq 128), one layer so a fp16 module is ~15 MB
     "gpt2s": ("gpt2", {"layers": 1, "d_model": 768, "heads": 12, "seq": 128}),
+    # the same width as one examples TransformerBlock: plain IREE cannot import HF GPT-2 at batch 8
+    "block768": ("gpt_block", {"seq": 128, "d_model": 768, "heads": 12}),
 }
 BATCHES = (1, 8)
 
@@ -72,7 +75,7 @@ VARIANTS = {
     "cuvil_vulkan": ("cuvil", "vulkan"),
 }
 # Variants left out of a model by default: the fp32 portable Vulkan module of gpt2s is ~30 MB.
-SKIP = {"gpt2s": {"cuvil_vulkan"}}
+SKIP = {"gpt2s": {"cuvil_vulkan"}, "block768": {"cuvil_vulkan", "cuvil_vulkan_ampere"}}
 
 # What the device tool carries per run: 64 MiB for the whole tree; keep a margin for the repo itself.
 RUN_BUDGET_MIB = 62.0
@@ -138,7 +141,7 @@ def trim_wheel(src: Path, dst: Path) -> None:
 def build_model(name: str, batch: int):
     builder, kwargs = MODELS[name]
     kwargs = {**kwargs, "batch": batch}
-    model, args = getattr(models, builder)(**kwargs)
+    model, args = gpu_models.build(builder, kwargs)
     return model, args, builder, kwargs
 
 
@@ -190,6 +193,9 @@ def failure_text(e: BaseException) -> str:
     """The first 'error:' line (IREE's diagnostics), else the first line; short."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     first = next((line for line in lines if "error:" in line), lines[0] if lines else "")
+    # "/long/path/file.py:12:0: error: ..." -> "file.py:12:0: error: ..." (the message is what matters)
+    for prefix in re.findall(r"/\S+/", first):
+        first = first.replace(prefix, "")
     return f"{type(e).__name__}: {first[:400]}"
 
 
@@ -264,7 +270,9 @@ def compile_all(out: Path, names: list[str], batches: list[int], variants: list[
                 log(f"  {name} batch {batch}: FAILED before compiling: {failure_text(e)}")
                 continue
             summary["cases"].append(case["case"])
-    (out / "build.json").write_text(json.dumps(summary, indent=1))
+    path = out / "build.json"  # one file for every compile step run into this folder
+    steps = json.loads(path.read_text()).get("steps", []) if path.exists() else []
+    path.write_text(json.dumps({"steps": [*steps, summary]}, indent=1))
 
 
 # ---------------------------------------------------------------- pack
@@ -274,28 +282,17 @@ def size_mib(paths) -> float:
     return sum(p.stat().st_size for p in paths) / 2**20
 
 
-def pack(out: Path, budget_mib: float) -> list[Path]:
-    """Split the cases over runs of at most budget_mib each (out/common/ counted in every run):
-    modules in case order, a new run when the next one would not fit. A case's small files (json,
-    npy) go with each of its parts; its torch competitors are measured in the first run that has
-    it (torch.flag). Files are hard links: out/runN/<case>/."""
+def pack(out: Path, budget_mib: float, runs_spec: str = "") -> list[Path]:
+    """Split the cases into run folders out/runN/<case>/ (hard links), each small enough for one
+    device call with out/common/. runs_spec: runs separated by ';', entries by ','; an entry is a
+    case (gpt2-b1), a model (all its batches) or case:variant+variant (only those modules). A case's
+    torch competitors are measured in the first run that has it (torch.flag). Without runs_spec:
+    modules in case order, a new run when the next one would not fit."""
     for old in out.glob("run[0-9]*"):
         shutil.rmtree(old)
     common = size_mib(p for p in (out / "common").rglob("*") if p.is_file())
-    room = budget_mib - common
-    runs: list[dict[Path, list[Path]]] = [{}]
-    used = [0.0]
-    for case_dir in sorted((out / "cases").iterdir(), key=_case_order):
-        small = [p for p in case_dir.iterdir() if p.suffix != ".vmfb"]
-        modules = sorted(case_dir.glob("*.vmfb"), key=lambda p: p.stat().st_size)
-        for files in [[m] for m in modules] or [[]]:
-            size = size_mib(files) + (0 if case_dir in runs[-1] else size_mib(small))
-            if runs[-1] and used[-1] + size > room:
-                runs.append({})
-                used.append(0.0)
-                size = size_mib(files + small)
-            runs[-1].setdefault(case_dir, list(small)).extend(files)
-            used[-1] += size
+    cases = sorted((out / "cases").iterdir(), key=_case_order)
+    runs = _runs_from_spec(cases, runs_spec) if runs_spec else _runs_by_size(cases, budget_mib - common)
     paths, seen = [], set()
     for i, run in enumerate(runs, 1):
         run_dir = out / f"run{i}"
@@ -310,9 +307,48 @@ def pack(out: Path, budget_mib: float) -> list[Path]:
         log(f"  {run_dir.name}: {total:.1f} MiB with common/: " + ", ".join(
             f"{c.name}[{' '.join(f.stem for f in fs if f.suffix == '.vmfb')}]" for c, fs in run.items()))
         if total > budget_mib:
-            log(f"  {run_dir.name}: over the budget of {budget_mib} MiB (one module is larger than a run)")
+            log(f"  {run_dir.name}: OVER the budget of {budget_mib} MiB")
         paths.append(run_dir)
     return paths
+
+
+def _small_files(case_dir: Path) -> list[Path]:
+    return [p for p in case_dir.iterdir() if p.suffix != ".vmfb" and p.name != "torch.flag"]
+
+
+def _runs_from_spec(cases: list[Path], spec: str) -> list[dict[Path, list[Path]]]:
+    by_name = {c.name: c for c in cases}
+    runs = []
+    for group in filter(None, (g.strip() for g in spec.split(";"))):
+        run: dict[Path, list[Path]] = {}
+        for entry in filter(None, (e.strip() for e in group.split(","))):
+            name, _, variants = entry.partition(":")
+            matched = [by_name[name]] if name in by_name else [c for c in cases if c.name.rpartition("-b")[0] == name]
+            if not matched:
+                raise SystemExit(f"pack: no case or model '{name}' in {[c.name for c in cases]}")
+            for case_dir in matched:
+                wanted = set(variants.split("+")) if variants else None
+                modules = [m for m in sorted(case_dir.glob("*.vmfb")) if wanted is None or m.stem in wanted]
+                run.setdefault(case_dir, _small_files(case_dir)).extend(modules)
+        runs.append(run)
+    return runs
+
+
+def _runs_by_size(cases: list[Path], room: float) -> list[dict[Path, list[Path]]]:
+    runs: list[dict[Path, list[Path]]] = [{}]
+    used = [0.0]
+    for case_dir in cases:
+        small = _small_files(case_dir)
+        modules = sorted(case_dir.glob("*.vmfb"), key=lambda p: p.stat().st_size)
+        for files in [[m] for m in modules] or [[]]:
+            size = size_mib(files) + (0 if case_dir in runs[-1] else size_mib(small))
+            if runs[-1] and used[-1] + size > room:
+                runs.append({})
+                used.append(0.0)
+                size = size_mib(files + small)
+            runs[-1].setdefault(case_dir, list(small)).extend(files)
+            used[-1] += size
+    return runs
 
 
 def _case_order(case_dir: Path):
@@ -332,6 +368,7 @@ def main() -> None:
     p.add_argument("--batches", default=",".join(map(str, BATCHES)))
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--budget-mib", type=float, default=RUN_BUDGET_MIB)
+    p.add_argument("--runs", default="", help='pack: e.g. "mlp,cnn,gpt2s-b8;gpt2,gpt2s-b1:cuvil_h200+cuvil_h200_td"')
     opts = p.parse_args()
     opts.out.mkdir(parents=True, exist_ok=True)
     if opts.step in ("fetch", "all"):
@@ -339,7 +376,7 @@ def main() -> None:
     if opts.step in ("compile", "all"):
         compile_all(opts.out, opts.models.split(","), [int(b) for b in opts.batches.split(",")], opts.variants.split(","))
     if opts.step in ("pack", "all"):
-        pack(opts.out, opts.budget_mib)
+        pack(opts.out, opts.budget_mib, opts.runs)
 
 
 if __name__ == "__main__":

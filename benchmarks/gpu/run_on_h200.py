@@ -47,12 +47,14 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def short(text: str, n: int = 600) -> str:
-    """The lines that say what failed (IREE's 'error'/'ERROR'/status lines first), cut to n chars."""
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    keys = [line for line in lines if any(k in line for k in ("error", "ERROR", "Error", "INTERNAL", "UNAVAILABLE",
-                                                                 "UNKNOWN", "FAILED", "failed", "RESOURCE"))]
-    return " | ".join(keys or lines[-3:])[:n]
+def short(text, n: int = 600) -> str:
+    """What a failure said, in one line: IREE's status lines (file.c:line: CODE; ...) first, then
+    other error lines, each once; else the last lines. Cut to n characters."""
+    lines = list(dict.fromkeys(line.strip() for line in str(text).splitlines() if line.strip()))
+    status = [line for line in lines if ".c:" in line or ".cc:" in line]
+    errors = [line for line in lines if line not in status and any(
+        k in line for k in ("error", "ERROR", "Error", "INTERNAL", "UNAVAILABLE", "UNKNOWN", "FAILED", "failed"))]
+    return " | ".join((status + errors) or lines[-3:])[:n]
 
 
 # ---------------------------------------------------------------- setup there
@@ -212,12 +214,23 @@ def run_check(case_dir: Path, variant: str) -> dict:
 
 
 def run_benchmark(case_dir: Path, case: dict, variant: str, out_dir: Path) -> dict:
+    """iree-benchmark-module with BENCH_FLAGS; a Vulkan module that fails with the caching
+    allocator is run once more without it (lavapipe rejects its queue allocations), and says so."""
     info = case["variants"][variant]
-    json_out = out_dir / f"bench-{case['case']}-{variant}.json"
-    cmd = [tool("iree-benchmark-module"), f"--module={case_dir / info['file']}", f"--device={info['driver']}", *BENCH_FLAGS,
+    res = bench_once(case_dir, case, info, out_dir / f"bench-{case['case']}-{variant}.json", BENCH_FLAGS)
+    if res["status"] != "ok" and info["driver"] == "vulkan":
+        flags = [f for f in BENCH_FLAGS if not f.startswith("--device_allocator")]
+        retry = bench_once(case_dir, case, info, out_dir / f"bench-{case['case']}-{variant}.json", flags)
+        res = {**retry, "with_caching_allocator": res} if retry["status"] == "ok" else {**res, "without_caching_allocator": retry}
+    return res
+
+
+def bench_once(case_dir: Path, case: dict, info: dict, json_out: Path, flags: list[str]) -> dict:
+    cmd = [tool("iree-benchmark-module"), f"--module={case_dir / info['file']}", f"--device={info['driver']}", *flags,
            *[f"--input=@{case_dir / f}" for f in case["inputs"][info["dtype"]]],
            f"--benchmark_out={json_out}", "--benchmark_out_format=json"]
-    res = {"command": shlex.join(cmd).replace(str(REPO) + "/", "")}
+    res = {"command": shlex.join(cmd).replace(str(REPO) + "/", "").replace(str(SITE) + "/", "$SITE/")}
+    json_out.unlink(missing_ok=True)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -227,13 +240,15 @@ def run_benchmark(case_dir: Path, case: dict, variant: str, out_dir: Path) -> di
     data = json.loads(json_out.read_text())
     json_out.unlink()
     scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-    reps = [b["real_time"] * scale[b.get("time_unit", "ns")] for b in data["benchmarks"] if b.get("run_type") == "iteration"]
-    agg = {b["aggregate_name"]: b["real_time"] * scale[b.get("time_unit", "ns")] for b in data["benchmarks"]
-           if b.get("run_type") == "aggregate" and b.get("aggregate_name") in ("mean", "median", "stddev")}
-    iters = [b["iterations"] for b in data["benchmarks"] if b.get("run_type") == "iteration"]
+    ms = lambda b: b["real_time"] * scale[b.get("time_unit", "ns")]  # noqa: E731
+    reps = [ms(b) for b in data["benchmarks"] if b.get("run_type") == "iteration"]
+    if not reps or any(b.get("error_occurred") for b in data["benchmarks"]):
+        return {**res, "status": f"failed: {short(r.stdout + r.stderr)}"}
+    agg = {b["aggregate_name"]: ms(b) for b in data["benchmarks"] if b.get("run_type") == "aggregate"}
     return {**res, "status": "ok", "median_ms": agg.get("median", float(np.median(reps))),
             "p10_ms": float(np.percentile(reps, 10)), "p90_ms": float(np.percentile(reps, 90)),
-            "mean_ms": agg.get("mean"), "stddev_ms": agg.get("stddev"), "reps_ms": reps, "iterations": iters,
+            "mean_ms": agg.get("mean"), "stddev_ms": agg.get("stddev"), "reps_ms": reps,
+            "iterations": [b["iterations"] for b in data["benchmarks"] if b.get("run_type") == "iteration"],
             "benchmark": data["benchmarks"][0].get("run_name", data["benchmarks"][0].get("name"))}
 
 
@@ -243,11 +258,11 @@ def run_benchmark(case_dir: Path, case: dict, variant: str, out_dir: Path) -> di
 def torch_case(case_dir: Path, case: dict) -> dict:
     import torch
 
-    sys.path.insert(0, str(REPO / "examples"))
-    import models
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import gpu_models
 
     out = {}
-    model, _ = getattr(models, case["builder"])(**case["kwargs"])
+    model, _ = gpu_models.build(case["builder"], case["kwargs"])
     checksum = param_checksum(model)
     ref_cs = case["param_checksum"]
     same = all(abs(a - b) <= 1e-6 * max(abs(b), 1.0) for a, b in zip(checksum, ref_cs))
