@@ -13,15 +13,17 @@ __version__ = "0.1.0"
 from cuvil_mlir.diagnostics import CuvilError  # noqa: E402
 
 
-def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns=(), disabled_passes=()):
+def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns=(), disabled_passes=(), disabled_patterns=()):
     """Compile an ``nn.Module`` (with example ``args``), an ``ExportedProgram`` or a ``.pt2`` path.
 
     Returns a ``CompiledModel``. ``patterns`` are extra ``PatternSet``s run after raising;
-    ``disabled_passes`` names built-in passes to skip.
+    ``disabled_passes`` names passes to skip; ``disabled_patterns`` names single patterns to
+    drop (``"raise-torch-to-cuvil/gelu_epilogue"``, or the bare pattern name when only one pass has it).
     """
     from cuvil_mlir.pipeline import Options, compile_program
 
-    options = Options(target=target, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=tuple(disabled_passes))
+    options = Options(target=target, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=tuple(disabled_passes),
+                      disabled_patterns=tuple(disabled_patterns))
     return compile_program(model, args, options)
 
 

@@ -9,6 +9,9 @@
     hand-off + IREE compile (targets/iree.py) -> the vmfb
 
 ``emit=<stage>`` stops after that stage and returns its IR text.
+
+``compile_plain_iree`` is the baseline without Cuvil (torch-mlir's own import straight into
+IREE), for A/B comparisons (cuvil_mlir/harness.py).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ class Options:
     target: str = "cpu"
     opt_level: int = 3
     patterns: tuple[PatternSet, ...] = ()  # user pattern sets, run in the "cuvil" stage after raising
-    disabled_passes: tuple[str, ...] = ()  # built-in passes to skip (for A/B comparisons)
+    disabled_passes: tuple[str, ...] = ()  # passes to skip, built-in or user PatternSets (for A/B comparisons)
+    disabled_patterns: tuple[str, ...] = ()  # single patterns to drop: "pass/pattern", or "pattern" when unambiguous
 
 
 @dataclass
@@ -59,6 +63,7 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
     given), or an Emitted when ``emit`` names a stage (of the first target)."""
     options = options or Options()
     targets = parse_targets(options.target, opt_level=options.opt_level)
+    check_disabled(options)
     valid = stage_names(options.target)
     if emit is not None and emit not in valid[:-1]:
         raise CuvilError(f"unknown stage '{emit}'; stages: {', '.join(valid[:-1])}")
@@ -82,8 +87,34 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
             return result
         built.append(result)
 
+    return CompiledModel([b.module for b in built], _metadata(signature, built, options, import_seconds))
+
+
+def compile_plain_iree(model, args=(), options: Options | None = None) -> CompiledModel:
+    """The baseline without Cuvil: torch-mlir's FX import with its default decompositions,
+    straight into IREE with each target's flags. No Cuvil pass runs (``patterns`` and the
+    disabled lists of ``options`` do not apply); ``patterns_fired`` is empty."""
+    options = options or Options()
+    targets = parse_targets(options.target, opt_level=options.opt_level)
+    start = time.perf_counter()
+    program = fx.to_exported_program(model, args)
+    module = fx.import_program(program, make_context(), kept_ops=())
+    signature = signature_of(module)
+    import_seconds = time.perf_counter() - start
+
+    built = []
+    for target in targets:
+        start = time.perf_counter()
+        flags = target.iree_flags()
+        vmfb = iree.compile_to_vmfb(module, flags)
+        seconds = {"iree-compile": round(time.perf_counter() - start, 4)}
+        built.append(_Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, (), {}), {}, seconds))
+    return CompiledModel([b.module for b in built], {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"})
+
+
+def _metadata(signature, built: list["_Built"], options: Options, import_seconds: float) -> dict:
     first = built[0]
-    metadata = {
+    return {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "function": "main",
         "signature": signature.to_json(),
@@ -94,7 +125,6 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
         "compile_seconds": {IMPORT_STAGE: round(import_seconds, 4), **first.seconds},
         "versions": _versions(),
     }
-    return CompiledModel([b.module for b in built], metadata)
 
 
 @dataclass
@@ -153,8 +183,48 @@ def _stage_passes(stage: str, pass_specs, options: Options) -> list[Pass]:
     registry = builtin_registry()
     passes = [registry.get(spec) for spec in pass_specs if parse_pass_spec(spec)[0] not in options.disabled_passes]
     if stage == "cuvil":
-        passes += list(options.patterns)
-    return passes
+        passes += [p for p in options.patterns if p.name not in options.disabled_passes]
+    return [_without_patterns(p, options.disabled_patterns) for p in passes]
+
+
+def _without_patterns(p: Pass, disabled: tuple[str, ...]) -> Pass:
+    """``p`` less the disabled patterns it holds (``check_disabled`` resolved the names)."""
+    if not isinstance(p, PatternSet):
+        return p
+    mine = {pat.name for pat in p.patterns}
+    drop = [name for owner, _, name in (d.rpartition("/") for d in disabled) if name in mine and owner in ("", p.name)]
+    return p.without(*drop) if drop else p
+
+
+def pass_patterns(user_patterns=()) -> dict[str, list[str]]:
+    """Every pass a pipeline may run (built-in, then the user's PatternSets) -> its pattern
+    names (empty for a pass that is not a pattern set)."""
+    registry = builtin_registry()
+    out = {}
+    for name in registry.names():
+        p = registry.get(name)  # a configurable pass, with its default options
+        out[name] = [pat.name for pat in p.patterns] if isinstance(p, PatternSet) else []
+    for p in user_patterns:
+        out[p.name] = [pat.name for pat in p.patterns]
+    return out
+
+
+def check_disabled(options: Options) -> None:
+    """A disabled pass or pattern that does not exist would silently measure the default:
+    fail instead, listing the valid names. A bare pattern name must name one pass's pattern."""
+    known = pass_patterns(options.patterns)
+    for name in options.disabled_passes:
+        if name not in known:
+            raise CuvilError(f"cannot disable pass '{name}': no such pass; passes: {', '.join(known)}")
+    for spec in options.disabled_patterns:
+        owner, _, name = spec.rpartition("/")
+        owners = [p for p, pats in known.items() if name in pats and owner in ("", p)]
+        if not owners:
+            valid = ", ".join(f"{p}/{pat}" for p, pats in known.items() for pat in pats)
+            raise CuvilError(f"cannot disable pattern '{spec}': no such pattern; patterns: {valid}")
+        if len(owners) > 1:
+            raise CuvilError(f"pattern '{spec}' is in several passes ({', '.join(owners)}); "
+                             f"name one: {', '.join(f'{p}/{name}' for p in owners)}")
 
 
 def _versions() -> dict[str, str]:

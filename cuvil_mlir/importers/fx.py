@@ -38,11 +38,11 @@ def load_exported_program(path: str | os.PathLike):
         raise ImportError_(f"{path} is not a loadable torch.export program: {type(e).__name__}: {e}") from e
 
 
-def _decomposition_table():
+def _decomposition_table(kept_ops=KEPT_OPS):
     import torch
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    kept = {getattr(torch.ops.aten, name) for name in KEPT_OPS if hasattr(torch.ops.aten, name)}
+    kept = {getattr(torch.ops.aten, name) for name in kept_ops if hasattr(torch.ops.aten, name)}
     return {op: fn for op, fn in get_decomposition_table().items() if getattr(op, "overloadpacket", None) not in kept}
 
 
@@ -66,21 +66,24 @@ def to_exported_program(model, args=(), kwargs=None, dynamic_shapes=None):
     )
 
 
-def import_program(program, ctx: ir.Context, *, func_name: str = "main") -> ir.Module:
-    """ExportedProgram -> torch-dialect module (value semantics, weights as literals) in ``ctx``."""
+def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS) -> ir.Module:
+    """ExportedProgram -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
+
+    ``kept_ops=()`` is torch-mlir's own import: its default decompositions and backend-legal
+    ops, nothing kept whole (the plain-IREE baseline of the comparison harness)."""
     from torch_mlir import fx
     from torch_mlir.extras.fx_importer import FxImporter
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecation noise
-            program = _with_non_persistent_buffers(program.run_decompositions(_decomposition_table()))
+            program = _with_non_persistent_buffers(program.run_decompositions(_decomposition_table(kept_ops)))
             return fx.export_and_import(
                 program,
                 output_type="torch",
                 fx_importer=FxImporter(context=ctx),
                 decomposition_table={},  # already decomposed above
-                backend_legal_ops=[f"aten.{name}" for name in KEPT_OPS],
+                backend_legal_ops=[f"aten.{name}" for name in kept_ops] or None,  # None: torch-mlir's defaults
                 func_name=func_name,
             )
     except Exception as e:

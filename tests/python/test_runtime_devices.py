@@ -24,13 +24,8 @@ from cuvil_mlir.diagnostics import CuvilError, InputError, RuntimeFailure
 from cuvil_mlir.ir import parse_module
 from cuvil_mlir.package import PackagedModule
 from cuvil_mlir.runtime import Session, available_devices, probe_drivers
-from cuvil_mlir.targets import KINDS, iree, parse_target
+from cuvil_mlir.targets import iree, parse_target
 
-# Flags for kinds whose target module may not exist yet in this tree (targets/ grows).
-FALLBACK_FLAGS = {
-    "vulkan": ["--iree-hal-target-device=vulkan", "--iree-vulkan-target=vp_android_baseline_2022"],
-    "cuda:sm_86": ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_86"],
-}
 AARCH64_FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
                  "--iree-llvmcpu-target-triple=aarch64-unknown-linux-gnu"]
 
@@ -48,6 +43,12 @@ def has_device(driver: str) -> bool:
     return bool(available_devices().get(driver))
 
 
+def skip_without(driver: str) -> None:
+    status = probe_drivers().get(driver)
+    if status is None or not status.devices:
+        pytest.skip(f"no {driver} device: {status.reason if status else 'no such driver in this IREE runtime'}")
+
+
 @pytest.fixture(scope="module")
 def tiny():
     """The model, its input, the reference output, a cpu+vmvx build and the lowered module."""
@@ -63,12 +64,9 @@ def tiny():
 
 def module_for(tiny, spec: str) -> PackagedModule:
     """A real module of the tiny model for ``spec``, compiled straight through IREE."""
-    kind = spec.partition(":")[0]
-    if kind in KINDS:
-        target = parse_target(spec)
-        return PackagedModule(target.spec, target.driver, tuple(target.iree_flags()), iree.compile_to_vmfb(tiny["lowered"], target.iree_flags()))
-    driver = {"vulkan": "vulkan", "cuda": "cuda"}[kind]
-    return PackagedModule(spec, driver, tuple(FALLBACK_FLAGS[spec]), iree.compile_to_vmfb(tiny["lowered"], FALLBACK_FLAGS[spec]))
+    target = parse_target(spec)
+    flags = target.iree_flags()
+    return PackagedModule(target.spec, target.driver, tuple(flags), iree.compile_to_vmfb(tiny["lowered"], flags))
 
 
 def cpu(tiny) -> PackagedModule:
@@ -278,8 +276,7 @@ def test_copy_path_matches_import_path_for_mixed_dtypes():
 
 @pytest.mark.gpu
 def test_cuda_package_runs_on_cuda(tmp_path, tiny):
-    if not has_device("cuda"):
-        pytest.skip(f"no CUDA device: {probe_drivers().get('cuda') and probe_drivers()['cuda'].reason}")
+    skip_without("cuda")
     path = write(tmp_path, tiny, [module_for(tiny, "cuda:sm_86"), cpu(tiny)])
     cm = cuvil_mlir.load(path)
     assert cm.active_target == "cuda:sm_86"
@@ -288,8 +285,7 @@ def test_cuda_package_runs_on_cuda(tmp_path, tiny):
 
 @pytest.mark.gpu
 def test_cuda_module_failing_falls_back_to_cpu(tmp_path, tiny):
-    if not has_device("cuda"):
-        pytest.skip("no CUDA device")
+    skip_without("cuda")
     bad = PackagedModule("cuda:sm_86", "cuda", (), aarch64_listed_as_cpu(tiny).vmfb)  # not a CUDA module
     path = write(tmp_path, tiny, [bad, cpu(tiny)])
     with pytest.warns(TargetFallbackWarning, match="target 'cuda:sm_86' .*falling back to target 'cpu'"):
