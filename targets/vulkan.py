@@ -16,11 +16,13 @@ from .base import GpuTarget
 # arithmetic (shaderInt64) and 32 KiB of workgroup memory: lavapipe reports both
 # (vulkaninfo: shaderInt64 = true, maxComputeSharedMemorySize = 32768), as desktop NVIDIA, AMD
 # and Intel GPUs do; some mobile GPUs lack shaderInt64. No subgroup ops, so no assumption on
-# the device's subgroup size.
+# the device's subgroup size. 8- and 16-bit storage and fp16/int8 arithmetic are declared
+# (lavapipe and desktop GPUs have them): with 32-bit-only storage a bool tensor's last partial
+# word read as zeros, and fp16 models failed to compile ("vector.bitcast f32->f16") or gave NaN.
 PORTABLE = (
     '#hal.device.target<"vulkan", [#hal.executable.target<"vulkan-spirv", "vulkan-spirv-fb", '
     '{iree_codegen.target_info = #iree_gpu.target<arch = "portable", features = "spirv:v1.3,cap:Shader", '
-    "wgp = <compute = fp32|int64|int32, storage = b32, subgroup = none, subgroup_size_choices = [64], "
+    "wgp = <compute = fp32|fp16|int64|int32|int16|int8, storage = b32|b16|b8, subgroup = none, subgroup_size_choices = [64], "
     "max_workgroup_sizes = [128, 128, 64], max_thread_count_per_workgroup = 128, "
     "max_workgroup_memory_bytes = 32768, max_workgroup_counts = [65535, 65535, 65535]>>}>]>"
 )

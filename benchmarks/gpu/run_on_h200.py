@@ -71,8 +71,11 @@ def setup(common: Path) -> dict:
     sys.path.insert(0, str(SITE))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 
-    have_loader = "libvulkan.so.1" in sh(["ldconfig", "-p"])[1]
-    env["vulkan_loader"] = "already there" if have_loader else "unpacked from " + ", ".join(p.name for p in (common / "deb").glob("*.deb"))
+    # the Vulkan loader, and glvnd: NVIDIA's ICD (libGLX_nvidia.so.0) does not load without
+    # libGLdispatch (vkCreateInstance then says VK_ERROR_INCOMPATIBLE_DRIVER)
+    libs = sh(["ldconfig", "-p"])[1]
+    have_loader = "libvulkan.so.1" in libs and "libGLdispatch.so.0" in libs
+    env["vulkan_loader"] = "already there" if have_loader else "unpacked from " + ", ".join(p.name for p in sorted((common / "deb").glob("*.deb")))
     if not have_loader:
         for deb in (common / "deb").glob("*.deb"):
             subprocess.run(["dpkg", "-x", str(deb), "/"], check=False)
@@ -106,6 +109,9 @@ def machine() -> dict:
     rc, text = sh(["nvidia-smi"])
     out["cuda_version_smi"] = next((line.split("CUDA Version:")[1].strip(" |") for line in text.splitlines() if "CUDA Version" in line), "")
     out["iree_devices"] = sh([tool("iree-run-module"), "--list_devices"])[1].splitlines()[:12]
+    # what the Vulkan loader says about the ICD it was given (errors and warnings only)
+    rc, text = sh(["env", "VK_LOADER_DEBUG=error,warn", tool("iree-run-module"), "--list_devices"])
+    out["vulkan_loader_messages"] = [line for line in text.splitlines() if "LOADER" in line or "ERROR" in line][:12]
     return out
 
 

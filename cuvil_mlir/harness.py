@@ -1,0 +1,691 @@
+"""The comparison harness: one model on several targets, pattern configurations and PyTorch,
+side by side: compile time, latency, and errors against a reference.
+
+    from cuvil_mlir.harness import compare
+    report = compare(model, (x,), targets=["cpu", "vulkan", "cuda"],
+                     configs=["default", "plain-iree", "without:raise-torch-to-cuvil"],
+                     competitors=["eager", "torch.compile"])
+    report.print(); report.save_json("report.json"); report.plot("report.png")
+
+Each entry (a row of the report) is a target with a configuration, or a PyTorch competitor
+on a device. It is ``ok`` (ran, every output within its dtype's tolerance), ``mismatch`` (ran,
+an output is not), ``failed`` (compile, load or call failed: the error and its repro) or
+``skipped`` (no device here: the runtime's device discovery says why). How latency and errors
+are measured: cuvil_mlir/measure.py. The JSON fields: docs/harness.md.
+
+Everything is built first (compile, load, first call, errors on every input set), then the
+entries are timed in interleaved rounds, so a burst of load on the machine hits all alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from cuvil_mlir.diagnostics import CuvilError
+from cuvil_mlir.measure import (
+    DEFAULT_RTOL, Latency, OutputError, Timer, TimingSettings, cuda_events, output_errors, permuted, random_array,
+    to_numpy, to_torch, wall_clock, worst_of,
+)
+
+SCHEMA = "cuvil-compare"
+SCHEMA_VERSION = 1
+
+REFERENCES = ("torch", "torch-fp64")  # or a target spec
+# competitor name -> torch.compile mode (None: eager)
+COMPETITORS = {
+    "eager": None,
+    "torch.compile": "default",
+    "torch.compile:reduce-overhead": "reduce-overhead",
+    "torch.compile:max-autotune": "max-autotune",
+}
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # modes that record CUDA graphs: GPU only
+GPU_KINDS = {"cuda": "cuda", "rocm": "cuda"}  # target kind -> the torch device its competitors run on (ROCm torch calls itself cuda)
+
+
+# ---------------------------------------------------------------------------------------
+# The report.
+
+
+@dataclass
+class Numerics:
+    """Errors of an entry's outputs against the reference, the worst over all input sets."""
+
+    max_abs_err: float
+    max_rel_err: float
+    rtol: float  # the tolerance of the worst output
+    passed: bool
+    input_sets: int
+    outputs: list[OutputError]
+
+    @classmethod
+    def of(cls, outputs: list[OutputError], input_sets: int) -> "Numerics":
+        worst = max(outputs, key=lambda e: (not e.passed, e.max_rel_err))
+        return cls(max(e.max_abs_err for e in outputs), worst.max_rel_err, worst.rtol,
+                   all(e.passed for e in outputs), input_sets, outputs)
+
+
+@dataclass
+class Entry:
+    """One row: a target with a configuration, or a PyTorch competitor on a device."""
+
+    name: str  # unique in the report: "cpu", "cpu [plain-iree]", "torch eager (cpu)"
+    kind: str  # "cuvil", "plain-iree" or "competitor"
+    config: str  # "default", "without:X", "plain-iree"; a competitor's name for competitors
+    target: str | None = None  # the target spec (None for competitors)
+    device: str | None = None  # where it ran: "local-task", "vulkan: llvmpipe (...)", "torch cpu"
+    status: str = "ok"  # ok | mismatch | failed | skipped
+    reason: str | None = None  # why skipped or failed
+    failed_stage: str | None = None  # compile | load | run
+    repro: str | None = None  # the command that reproduces a failure
+    compile_seconds: float | None = None
+    compile_breakdown: dict[str, float] = field(default_factory=dict)
+    first_call_ms: float | None = None
+    latency: Latency | None = None
+    numerics: Numerics | None = None
+    patterns_fired: dict[str, dict[str, int]] = field(default_factory=dict)
+    iree_flags: list[str] = field(default_factory=list)
+    baseline: str | None = None  # the entry the deltas compare with
+    deltas: dict[str, float] | None = None
+
+    def skip(self, reason: str) -> "Entry":
+        self.status, self.reason = "skipped", reason
+        return self
+
+    def fail(self, stage: str, error: BaseException) -> "Entry":
+        self.status, self.failed_stage = "failed", stage
+        if isinstance(error, CuvilError):
+            self.reason, self.repro = _one_line(error.message), error.repro
+        else:
+            self.reason = f"internal error: {type(error).__name__}: {_one_line(str(error))}"
+        return self
+
+    @property
+    def ran(self) -> bool:
+        return self.status in ("ok", "mismatch")
+
+
+@dataclass
+class Report:
+    model: str
+    reference: dict
+    inputs: list[dict]
+    settings: dict
+    tolerances: dict[str, float]
+    entries: list[Entry]
+    machine: dict
+    versions: dict
+    notes: list[str]
+    created: str
+
+    @property
+    def ok(self) -> bool:
+        """Every Cuvil entry that was not skipped ran and matched (competitors do not count)."""
+        return all(e.status in ("ok", "skipped") for e in self.entries if e.kind != "competitor")
+
+    def entry(self, name: str) -> Entry:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise KeyError(f"no entry '{name}'; entries: {', '.join(e.name for e in self.entries)}")
+
+    def to_json(self) -> dict:
+        return _finite({
+            "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "created": self.created, "model": self.model,
+            "ok": self.ok, "reference": self.reference, "inputs": self.inputs, "settings": self.settings,
+            "tolerances": self.tolerances, "entries": [asdict(e) for e in self.entries], "machine": self.machine,
+            "versions": self.versions, "notes": self.notes,
+        })
+
+    def save_json(self, path: str | os.PathLike) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n")
+
+    def table(self):
+        """The report as a ``rich`` renderable (a table with the notes under it)."""
+        from cuvil_mlir import render
+
+        return render.table(self.to_json())
+
+    def print(self, console=None) -> None:
+        from cuvil_mlir import render
+
+        render.print_report(self.to_json(), console)
+
+    def plot(self, path: str | os.PathLike) -> None:
+        """A PNG: latency per entry (median, p10-p90 bars) and error per entry (log scale)."""
+        from cuvil_mlir import render
+
+        render.plot(self.to_json(), path)
+
+
+# ---------------------------------------------------------------------------------------
+# Configurations.
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    plain: bool = False  # torch-mlir's import straight into IREE, no Cuvil
+    disabled_passes: tuple[str, ...] = ()
+    disabled_patterns: tuple[str, ...] = ()
+
+
+def parse_config(text: str, patterns=()) -> Config:
+    """``default``, ``plain-iree``, ``without:PASS``, ``without:PATTERN`` or ``without:PASS/PATTERN``
+    (PASS: a built-in pass or one of ``patterns``). Unknown names fail with the valid ones."""
+    from cuvil_mlir.pipeline import Options, check_disabled, pass_patterns
+
+    text = text.strip()
+    if text in ("default", "plain-iree"):
+        return Config(text, plain=text == "plain-iree")
+    kind, _, name = text.partition(":")
+    if kind != "without" or not name:
+        raise CuvilError(f"unknown configuration '{text}'; configurations: default, plain-iree, without:PASS, "
+                         "without:PATTERN, without:PASS/PATTERN")
+    if name in pass_patterns(patterns):
+        return Config(text, disabled_passes=(name,))
+    check_disabled(Options(patterns=tuple(patterns), disabled_patterns=(name,)))  # raises with the valid names
+    return Config(text, disabled_patterns=(name,))
+
+
+# ---------------------------------------------------------------------------------------
+# compare()
+
+
+def compare(model, inputs=None, *, targets: str | Sequence[str] = ("cpu",), reference: str = "torch",
+            configs: Sequence[str] | None = None, competitors: Sequence[str] = ("eager",), patterns=(),
+            opt_level: int = 3, tolerances: dict[str, float] | None = None, repetitions: int = 50, warmup: int = 5,
+            min_time: float = 0.5, max_time: float = 10.0, rounds: int = 3, input_sets: int = 3, seed: int = 0,
+            progress: bool = False) -> Report:
+    """Compile ``model`` for every target and configuration, run each on this machine's
+    device, and compare errors against ``reference`` and latency side by side.
+
+    ``model``: an ``nn.Module`` (``inputs`` required), an ``ExportedProgram`` or a ``.pt2``
+    path; without ``inputs``, random inputs are generated from the program's signature.
+    ``reference``: "torch" (eager, on the CPU), "torch-fp64" (eager in float64) or a target
+    spec (its default configuration). ``configs``: see ``parse_config`` (default: ["default"]),
+    each run on every target. ``competitors``: "eager", "torch.compile",
+    "torch.compile:reduce-overhead" (CUDA graphs), "torch.compile:max-autotune", or "all";
+    they run on the CPU when a CPU target is asked for (or no GPU target), and on CUDA when a
+    cuda/rocm target is. ``tolerances``: dtype -> max relative error, over ``DEFAULT_RTOL``.
+    Timing: ``measure.TimingSettings`` (``repetitions=0``: no timing). ``patterns``: user
+    PatternSets run in every Cuvil configuration.
+    """
+    settings = TimingSettings(repetitions, warmup, min_time, max_time, rounds, input_sets)
+    target_specs = _target_specs(targets)
+    parsed_configs = [parse_config(c, patterns) for c in (configs or ["default"])]
+    competitor_names = _competitor_names(competitors)
+    program, eager, model_name = _normalize_model(model, inputs)
+    sets, input_info, input_notes = make_input_sets(program, inputs, settings.input_sets, seed)
+    check_dtype = reference != "torch-fp64"
+
+    with _Progress(progress) as bar:
+        bar.say(f"reference: {reference}")
+        refs, reference_info = reference_outputs(reference, eager, program, sets, opt_level=opt_level)
+        from cuvil_mlir.runtime import probe_drivers
+
+        drivers = probe_drivers()
+        plan = [(t, c) for t in target_specs for c in parsed_configs]
+        devices = _competitor_devices(target_specs, competitor_names)
+        bar.phase("building", len(plan) + sum(len(names) for names in devices.values()))
+        built: list[tuple[Entry, Timer | None]] = []
+        for spec, config in plan:
+            bar.say(f"{_entry_name(spec, config)}: compiling and checking")
+            built.append(_build_cuvil(spec, config, program, sets, refs, drivers, opt_level, patterns, tolerances,
+                                      check_dtype, settings))
+            bar.advance()
+        for device, names in devices.items():
+            for name in names:
+                bar.say(f"{_competitor_label(name, device)}: building and checking")
+                built.append(_build_competitor(name, device, eager, sets, refs, tolerances, check_dtype, settings))
+                bar.advance()
+        _time_interleaved([(e, t) for e, t in built if t is not None], settings, bar)
+
+    entries = [e for e, _ in built]
+    _add_deltas(entries, target_specs)
+    notes = _notes(entries, settings, input_notes)
+    return Report(model_name, reference_info, input_info, {**settings.to_json(), "opt_level": opt_level, "seed": seed},
+                  {**DEFAULT_RTOL, **(tolerances or {})}, entries, machine_info(drivers), versions(), notes,
+                  datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def _target_specs(targets) -> list[str]:
+    from cuvil_mlir.targets import parse_targets
+
+    text = targets if isinstance(targets, str) else ",".join(targets)
+    return [t.spec for t in parse_targets(text)]  # validates, and names each target as parse_target does
+
+
+def _competitor_names(competitors) -> list[str]:
+    names = list(competitors.split(",") if isinstance(competitors, str) else competitors)
+    if "all" in names:
+        names = [n for n in COMPETITORS if n != "torch.compile:max-autotune"]
+    for n in names:
+        if n not in COMPETITORS:
+            raise CuvilError(f"unknown competitor '{n}'; competitors: {', '.join(COMPETITORS)}, all")
+    return list(dict.fromkeys(names))
+
+
+def _competitor_devices(target_specs: list[str], names: list[str]) -> dict[str, list[str]]:
+    """torch device -> the competitors that run there. CUDA-graph modes run on GPUs only."""
+    kinds = {s.partition(":")[0] for s in target_specs}
+    devices = list(dict.fromkeys(GPU_KINDS[k] for k in kinds if k in GPU_KINDS))
+    if kinds - set(GPU_KINDS) - {"vulkan"} or not devices:
+        devices.insert(0, "cpu")
+    return {d: [n for n in names if d != "cpu" or COMPETITORS[n] not in CUDA_GRAPH_MODES] for d in devices if names}
+
+
+def _entry_name(spec: str, config: Config) -> str:
+    return spec if config.name == "default" else f"{spec} [{config.name}]"
+
+
+def _competitor_label(name: str, device: str) -> str:
+    mode = COMPETITORS[name]
+    if mode is None:
+        return f"torch eager ({device})"
+    return f"torch.compile ({device})" if mode == "default" else f"torch.compile {mode} ({device})"
+
+
+# ---------------------------------------------------------------------------------------
+# Model and inputs.
+
+
+def _normalize_model(model, inputs):
+    """(ExportedProgram, the eager callable, a name for the report)."""
+    import torch
+
+    from cuvil_mlir.importers import fx
+
+    if isinstance(model, torch.nn.Module):
+        if inputs is None:
+            raise CuvilError(f"compare: an nn.Module ({type(model).__name__}) needs example inputs, e.g. compare(model, (x,))")
+        args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        return fx.to_exported_program(model, tuple(to_torch(to_numpy(a)) for a in args)), model.eval(), type(model).__name__
+    program = fx.to_exported_program(model)
+    name = Path(model).name if isinstance(model, (str, os.PathLike)) else "ExportedProgram"
+    return program, program.module(), name
+
+
+def program_input_specs(program) -> list[tuple[tuple[int, ...], str, int | None]]:
+    """(shape, numpy dtype, integer high) of each user input of an ExportedProgram. Shapes come
+    from its example inputs when it carries them (torch.export.save keeps them), else from its
+    signature; ``high`` is 1 + the example's largest value for integer inputs (token ids and
+    indices stay in range), else None."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    examples = list(program.example_inputs[0]) if getattr(program, "example_inputs", None) else []
+    specs = []
+    for i, name in enumerate(program.graph_signature.user_inputs):
+        example = examples[i] if i < len(examples) and hasattr(examples[i], "shape") else None
+        val = example if example is not None else placeholders[name].meta.get("val")
+        if val is None or not hasattr(val, "shape"):
+            raise CuvilError(f"input {i} ('{name}') of the program is not a tensor; only tensor inputs are supported")
+        shape = tuple(_dim(d) for d in val.shape)
+        dtype = str(val.dtype).removeprefix("torch.")
+        high = None
+        if example is not None and not example.is_floating_point() and example.dtype.is_signed is not None and example.numel():
+            high = int(example.max()) + 1 if dtype != "bool" else None
+        specs.append((shape, dtype, high))
+    return specs
+
+
+def _dim(d) -> int:
+    try:
+        return int(d)
+    except (TypeError, ValueError):
+        return -1  # a symbolic dimension
+
+
+def make_input_sets(program, given, count: int, seed: int):
+    """``count`` input sets (tuples of numpy arrays) with their description and notes. Set 0
+    is ``given`` (else random from the program's signature); the others permute the given
+    inputs' elements (else are random too), so rotating them defeats caches."""
+    rng = np.random.default_rng(seed)
+    if given is not None:
+        given = tuple(given) if isinstance(given, (tuple, list)) else (given,)
+        first = tuple(to_numpy(x) for x in given)
+        sets = [first] + [tuple(permuted(a, rng) for a in first) for _ in range(count - 1)]
+        info = [{"shape": list(a.shape), "dtype": str(a.dtype), "source": "given"} for a in first]
+        note = ("inputs: as given" + (f"; {count - 1} more input set(s) permute their elements" if count > 1 else ""))
+        return sets, info, [note]
+    specs = program_input_specs(program)
+    try:
+        sets = [tuple(random_array(shape, dtype, rng, high=high) for shape, dtype, high in specs) for _ in range(count)]
+    except ValueError as e:
+        raise CuvilError(f"cannot generate inputs: {e}") from e
+    info = [{"shape": list(shape), "dtype": dtype, "source": "generated",
+             "values": "N(0, 1)" if np.dtype(_np_name(dtype)).kind == "f" else
+             "true/false" if dtype == "bool" else f"integers in [0, {high or 2})"} for shape, dtype, high in specs]
+    described = ", ".join(f"{i['dtype']}[{', '.join(map(str, i['shape']))}] {i['values']}" for i in info)
+    return sets, info, [f"inputs: generated at random from the program's signature (seed {seed}): {described}"]
+
+
+def _np_name(dtype: str) -> str:
+    return "float32" if dtype == "bfloat16" else dtype
+
+
+# ---------------------------------------------------------------------------------------
+# The reference.
+
+
+def reference_outputs(reference, eager, program, sets, *, opt_level: int = 3):
+    """The reference's outputs on every input set, and a description of it. ``reference``:
+    "torch", "torch-fp64", a target spec, a callable (called with torch tensors) or, for a
+    single input set, the expected outputs themselves (arrays or tensors)."""
+    import torch
+
+    if isinstance(reference, str) and reference in REFERENCES:
+        fp64 = reference == "torch-fp64"
+        module = copy.deepcopy(eager).double() if fp64 else eager
+        outs = [_call_torch(module, s, fp64=fp64) for s in sets]
+        return outs, {"kind": reference, "name": "torch eager (cpu, float64)" if fp64 else "torch eager (cpu)",
+                      "device": "cpu", "torch": torch.__version__}
+    if isinstance(reference, str):
+        compiled = _compile(reference, Config("default"), program, opt_level, ())
+        compiled.select()
+        return [_as_list(compiled(*s)) for s in sets], {"kind": "target", "name": reference, "device": compiled.active_target}
+    if callable(reference):
+        return [_call_torch(reference, s) for s in sets], {"kind": "callable", "name": getattr(reference, "__name__", type(reference).__name__), "device": "cpu"}
+    if len(sets) != 1:
+        raise CuvilError("expected outputs as the reference need exactly one input set")
+    return [[to_numpy(o) for o in _leaves(reference)]], {"kind": "outputs", "name": "given outputs", "device": None}
+
+
+def _call_torch(fn, arrays, *, fp64: bool = False) -> list[np.ndarray]:
+    import torch
+
+    xs = [to_torch(a) for a in arrays]
+    if fp64:
+        xs = [x.double() if x.is_floating_point() else x for x in xs]
+    with torch.no_grad():
+        return [to_numpy(o) for o in _leaves(fn(*xs))]
+
+
+def _leaves(out) -> list:
+    from torch.utils._pytree import tree_leaves
+
+    return tree_leaves(out)
+
+
+def _as_list(out) -> list[np.ndarray]:
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+# ---------------------------------------------------------------------------------------
+# Building entries: compile, load, first call, errors on every input set.
+
+
+def _compile(spec: str, config: Config, program, opt_level: int, patterns):
+    from cuvil_mlir.pipeline import Options, compile_plain_iree, compile_program
+
+    options = Options(target=spec, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=config.disabled_passes,
+                      disabled_patterns=config.disabled_patterns)
+    return compile_plain_iree(program, (), options) if config.plain else compile_program(program, (), options)
+
+
+def _absent(driver: str, drivers) -> str | None:
+    status = drivers.get(driver)
+    if status is None:
+        return f"this IREE runtime has no '{driver}' driver"
+    if not status.devices:
+        return f"no '{driver}' device on this machine: {status.reason}"
+    return None
+
+
+def _build_cuvil(spec, config, program, sets, refs, drivers, opt_level, patterns, tolerances, check_dtype, settings):
+    from cuvil_mlir.targets import parse_target
+
+    target = parse_target(spec, opt_level=opt_level)
+    entry = Entry(_entry_name(spec, config), "plain-iree" if config.plain else "cuvil", config.name, target=spec)
+    absent = _absent(target.driver, drivers)
+    if absent:
+        return entry.skip(absent), None
+    device = drivers[target.driver].devices[0]
+    entry.device = target.driver if device.name in ("", "default") else f"{target.driver}: {device.name}"
+    start = time.perf_counter()
+    try:
+        compiled = _compile(spec, config, program, opt_level, patterns)
+    except Exception as e:  # a failing entry is a result, not the end of the comparison
+        return entry.fail("compile", e), None
+    entry.compile_seconds = round(time.perf_counter() - start, 4)
+    entry.compile_breakdown = dict(compiled.metadata.get("compile_seconds", {}))
+    entry.patterns_fired = compiled.patterns_fired
+    entry.iree_flags = list(compiled.modules[0].iree_flags)
+    try:
+        compiled.select()
+    except Exception as e:
+        return entry.fail("load", e), None
+    return _check(entry, lambda *xs: compiled(*xs), sets, refs, tolerances, check_dtype, settings, wall_clock)
+
+
+def _check(entry, call, sets, refs, tolerances, check_dtype, settings, make_sample, to_inputs=None, outputs=None):
+    """First call (timed), then errors on every input set; returns (entry, its Timer)."""
+    inputs = [to_inputs(s) for s in sets] if to_inputs else sets
+    outputs = outputs or (lambda out: [to_numpy(o) for o in _leaves(out)])
+    runs = []
+    try:
+        for i, xs in enumerate(inputs):
+            start = time.perf_counter()
+            got = outputs(call(*xs))
+            if i == 0:
+                entry.first_call_ms = round((time.perf_counter() - start) * 1e3, 4)
+            runs.append(output_errors(got, refs[i], tolerances, check_dtype=check_dtype))
+    except Exception as e:
+        return entry.fail("run", e), None
+    entry.numerics = Numerics.of(worst_of(runs), len(runs))
+    entry.status = "ok" if entry.numerics.passed else "mismatch"
+    if settings.repetitions == 0:
+        return entry, None
+    return entry, Timer(make_sample(call), inputs, settings)
+
+
+def _build_competitor(name, device, eager, sets, refs, tolerances, check_dtype, settings):
+    import torch
+
+    mode = COMPETITORS[name]
+    entry = Entry(_competitor_label(name, device), "competitor", name, device=f"torch {device}")
+    if device == "cuda" and not torch.cuda.is_available():
+        return entry.skip(f"torch has no CUDA device here (torch {torch.__version__}, "
+                          f"CUDA build: {torch.version.cuda or 'no'})"), None
+    try:
+        module = eager if device == "cpu" else copy.deepcopy(eager).to(device)
+        if device == "cuda":
+            entry.device = f"torch cuda: {torch.cuda.get_device_name()}"
+        fn = module
+        if mode is not None:
+            torch._dynamo.reset()  # an honest compile time, and no recompile limit from earlier entries
+            fn = torch.compile(module, mode=None if mode == "default" else mode)
+    except Exception as e:
+        return entry.fail("compile", e), None
+
+    def call(*xs):
+        with torch.no_grad():
+            return fn(*xs)
+
+    graphs = mode in CUDA_GRAPH_MODES and device == "cuda"
+    step = torch.compiler.cudagraph_mark_step_begin if graphs else None
+    sample = (lambda c: cuda_events(c, before=step)) if device == "cuda" else wall_clock
+    entry, timer = _check(entry, call, sets, refs, tolerances, check_dtype, settings, sample,
+                          to_inputs=lambda s: tuple(to_torch(a).to(device) for a in s))
+    if mode is None:
+        return entry, timer
+    if entry.first_call_ms is None and entry.status == "failed":
+        entry.failed_stage = "compile"  # torch.compile compiles on the first call
+    elif entry.first_call_ms is not None:
+        entry.compile_seconds = round(entry.first_call_ms / 1e3, 4)
+        entry.compile_breakdown = {"first call": entry.compile_seconds}
+    return entry, timer
+
+
+# ---------------------------------------------------------------------------------------
+# Timing, deltas, notes.
+
+
+def _time_interleaved(timed: list[tuple[Entry, Timer]], settings: TimingSettings, bar) -> None:
+    if not timed:
+        return
+    bar.phase("timing", len(timed) * settings.repetitions)
+    for entry, timer in timed:  # warm-up: caches, thread pools, lazy allocations, CUDA graphs
+        bar.say(f"{entry.name}: warm-up")
+        try:
+            timer.warm_up()
+        except Exception as e:
+            entry.fail("run", e)
+    for r in range(settings.rounds):
+        for entry, timer in timed:
+            if not entry.ran:
+                continue
+            bar.say(f"{entry.name}: timing, round {r + 1}/{settings.rounds}")
+            try:
+                timer.run_round(bar.advance)
+            except Exception as e:
+                entry.fail("run", e)
+    for entry, timer in timed:
+        if entry.ran:
+            entry.latency = timer.latency()
+
+
+def _add_deltas(entries: list[Entry], target_specs: list[str]) -> None:
+    """Each configuration against its target's "default" (else its first configuration);
+    each competitor against the first target's default entry on the same kind of device."""
+    by_target: dict[str, Entry] = {}
+    for e in entries:
+        if e.kind != "competitor" and e.target not in by_target:
+            by_target[e.target] = next((x for x in entries if x.target == e.target and x.config == "default"), e)
+    for e in entries:
+        if e.kind == "competitor":
+            device = e.device.split()[1].rstrip(":") if e.device else "cpu"
+            spec = next((s for s in target_specs if GPU_KINDS.get(s.partition(":")[0], "cpu") == device), None)
+            base = by_target.get(spec) if spec else None
+        else:
+            base = by_target.get(e.target)
+        if base is None or base is e:
+            continue
+        e.baseline = base.name
+        e.deltas = _deltas(e, base)
+
+
+def _deltas(e: Entry, base: Entry) -> dict[str, float] | None:
+    out = {}
+    if e.latency and base.latency:
+        out["latency_ratio"] = e.latency.median_ms / base.latency.median_ms
+        out["median_delta_ms"] = e.latency.median_ms - base.latency.median_ms
+    if e.numerics and base.numerics:
+        out["max_rel_err_delta"] = e.numerics.max_rel_err - base.numerics.max_rel_err
+    if e.compile_seconds is not None and base.compile_seconds is not None:
+        out["compile_seconds_delta"] = e.compile_seconds - base.compile_seconds
+    return out or None
+
+
+def _notes(entries: list[Entry], settings: TimingSettings, input_notes: list[str]) -> list[str]:
+    notes = list(input_notes)
+    if settings.repetitions:
+        notes.append(f"latency: {settings.warmup} warm-up call(s) (at least one per input set), then >= {settings.repetitions} "
+                     f"timed calls and >= {settings.min_time:g} s (at most {settings.max_time:g} s) per entry in {settings.rounds} "
+                     f"interleaved rounds, rotating over {settings.input_sets} input set(s); median and p10-p90 of single calls")
+        notes.append("IREE calls take host arrays and return host arrays: a sample includes the copies to and from "
+                     "the device and the wait for it (synchronous)")
+    if any(e.kind == "competitor" and e.device and e.device.startswith("torch cuda") and e.ran for e in entries):
+        notes.append("torch on CUDA: inputs already on the GPU, each call timed with CUDA events and synchronized")
+    capped = [e.name for e in entries if e.latency and e.latency.capped]
+    if capped:
+        notes.append(f"max_time stopped timing before the asked repetitions: {', '.join(capped)}")
+    return notes
+
+
+# ---------------------------------------------------------------------------------------
+# Machine, versions, small helpers.
+
+
+def machine_info(drivers=None) -> dict:
+    import torch
+
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    devices = {name: [d.name for d in s.devices] for name, s in (drivers or {}).items() if s.devices}
+    return {"hostname": platform.node(), "cpu": cpu, "logical_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "python": platform.python_version(), "platform": platform.platform(), "iree_devices": devices,
+            "torch_cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for dist in ("cuvil-mlir", "torch", "torch-mlir", "iree-base-compiler", "iree-base-runtime", "numpy"):
+        try:
+            out[dist] = version(dist)
+        except Exception:
+            out[dist] = "not installed"
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def _finite(x):
+    """JSON has no Infinity or NaN: they become null (an error's ``problem`` says why)."""
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+class _Progress:
+    """Progress on stderr: a rich progress bar on a terminal, one line per step otherwise,
+    nothing when disabled."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._rich = None
+        self._task = None
+
+    def __enter__(self):
+        if self.enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._rich = Progress(TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                  console=Console(stderr=True), transient=True)
+            self._rich.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._rich is not None:
+            self._rich.stop()
+
+    def say(self, text: str) -> None:
+        """A step: the bar's description on a terminal, a line otherwise."""
+        if self._rich is not None and self._task is not None:
+            self._rich.update(self._task, description=text)
+        elif self.enabled and self._rich is None:
+            print(f"cuvil: {text}", file=sys.stderr, flush=True)
+
+    def phase(self, name: str, total: int) -> None:
+        """A new bar (building: one unit per entry; timing: one per timed call asked for)."""
+        if self._rich is not None:
+            if self._task is not None:
+                self._rich.update(self._task, completed=self._rich.tasks[self._task].total)
+            self._task = self._rich.add_task(name, total=total)
+
+    def advance(self) -> None:
+        if self._rich is not None and self._task is not None:
+            self._rich.advance(self._task)
