@@ -1,9 +1,12 @@
-"""The command line: ``cuvil`` (compile, run, inspect, passes) and ``cuvil-opt`` (passes on IR files).
+"""The command line: ``cuvil`` (compile, run, inspect, passes, compare, bench) and ``cuvil-opt``
+(passes on IR files).
 
     cuvil compile model.pt2 -o model.cuvilpkg [--target cpu] [-O3] [--emit cuvil] [--patterns my.py]
     cuvil run model.cuvilpkg --input x.npy [--output y.npy]
     cuvil inspect model.cuvilpkg [--json]
     cuvil passes
+    cuvil compare model.pt2 --targets cpu,vulkan,cuda [--configs default,plain-iree] [--json r.json] [--plot r.png]
+    cuvil bench model.cuvilpkg [--target vulkan] [--repetitions 200]
     cuvil-opt file.mlir -p raise-torch-to-cuvil,lower-cuvil-to-torch [--split-input-file] [-o out.mlir]
 
 Every error a user can cause prints one line ``cuvil: error: ...`` (plus ``reproduce with:``
@@ -166,7 +169,78 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                        description="List every registered pass with its description and patterns (before -> after).")
     p.add_argument("--patterns", action="append", default=[], metavar="FILE.py", help="also list the passes a pattern file defines")
     p.set_defaults(command=_passes)
+
+    p = sub.add_parser("compare", parents=[common], help="compare targets, pattern configurations and PyTorch on one model",
+                       description="Compile a .pt2 model for every target and configuration, run each where this machine "
+                       "has a device, and show compile time, latency and errors against a reference side by side "
+                       "(docs/harness.md). Exits 1 when a Cuvil entry fails or does not match the reference.")
+    p.add_argument("model", metavar="MODEL.pt2", help="a .pt2 file written by torch.export.save")
+    p.add_argument("--targets", default="cpu", help="targets, comma-separated (default: cpu); those without a device are skipped")
+    p.add_argument("--input", "-i", action="append", default=None, metavar="X.npy",
+                   help="an input array, in order (repeatable; default: random inputs from the model's signature)")
+    p.add_argument("--reference", default="torch", metavar="REF",
+                   help="what errors are measured against: torch (eager), torch-fp64, or a target spec (default: torch)")
+    p.add_argument("--configs", default="default", metavar="CONFIGS",
+                   help="pattern configurations, comma-separated: default, plain-iree (no Cuvil), without:PASS, "
+                   "without:PATTERN, without:PASS/PATTERN (default: default)")
+    p.add_argument("--competitors", default="eager", metavar="NAMES",
+                   help="PyTorch on the same device: eager, torch.compile, torch.compile:reduce-overhead, "
+                   "torch.compile:max-autotune, all, or none (default: eager)")
+    p.add_argument("--patterns", action="append", default=[], metavar="FILE.py",
+                   help="a Python file of PatternSets to run after raising, in every Cuvil configuration (repeatable)")
+    p.add_argument("-O", dest="opt_level", type=int, choices=(0, 1, 2, 3), default=3, metavar="N", help="optimization level (default: -O3)")
+    p.add_argument("--tolerance", action="append", default=[], metavar="DTYPE=RTOL",
+                   help="the max relative error that passes for a dtype, e.g. float32=1e-5 (repeatable)")
+    p.add_argument("--json", metavar="OUT.json", help="write the report as JSON (schema: docs/harness.md)")
+    p.add_argument("--plot", metavar="OUT.png", help="write a chart: latency per entry and error per entry")
+    _timing_arguments(p, repetitions=50, min_time=0.5, max_time=10.0)
+    p.set_defaults(command=_compare)
+
+    p = sub.add_parser("bench", parents=[common], help="time a .cuvilpkg on this machine",
+                       description="Load a .cuvilpkg on the first of its targets that runs here and time its calls.")
+    p.add_argument("package", metavar="PKG", help="a .cuvilpkg file")
+    p.add_argument("--target", "--device", dest="target", metavar="TARGETS",
+                   help="which of the package's targets to run on, in preference order (specs or kinds, comma-separated)")
+    p.add_argument("--input", "-i", action="append", default=None, metavar="X.npy",
+                   help="an input array, in order (repeatable; default: random inputs from the package's signature)")
+    p.add_argument("--json", metavar="OUT.json", help="write the result as JSON (schema: docs/harness.md)")
+    _timing_arguments(p, repetitions=100, min_time=1.0, max_time=30.0)
+    p.set_defaults(command=_bench)
     return parser
+
+
+def _timing_arguments(p, *, repetitions: int, min_time: float, max_time: float) -> None:
+    p.add_argument("--repetitions", "-n", type=_non_negative(int), default=repetitions, metavar="N",
+                   help=f"timed calls, at least (default: {repetitions}; 0: no timing)")
+    p.add_argument("--warmup", type=_non_negative(int), default=5, metavar="N", help="untimed calls first (default: 5)")
+    p.add_argument("--min-time", type=_non_negative(float), default=min_time, metavar="S",
+                   help=f"timed seconds, at least (default: {min_time:g})")
+    p.add_argument("--max-time", type=_positive(float), default=max_time, metavar="S",
+                   help=f"timed seconds, at most, whatever the repetitions (default: {max_time:g})")
+    p.add_argument("--input-sets", type=_positive(int), default=3, metavar="N",
+                   help="different input sets rotated through the calls (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default: 0)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def _non_negative(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
 
 
 # ---------------------------------------------------------------------------------------
@@ -394,6 +468,90 @@ def _registry(pattern_files: list[str]):
     for p in _load_patterns(pattern_files)[1]:
         registry.register(p)
     return registry
+
+
+# ---------------------------------------------------------------------------------------
+# cuvil compare / cuvil bench
+
+
+def _compare(args, parser) -> int:
+    from cuvil_mlir.harness import compare
+
+    if not Path(args.model).exists():  # before importing torch: a typo should not take seconds
+        raise ImportError_(f"model file not found: {args.model}")
+    for out in (args.json, args.plot):
+        if out:
+            _check_writable(Path(out))
+    tolerances = _parse_tolerances(args.tolerance)
+    _, patterns = _load_patterns(args.patterns)
+    inputs = [_read_npy(p) for p in args.input] if args.input else None
+    competitors = () if args.competitors == "none" else args.competitors
+    _quiet_torch_logs(args)
+    report = compare(args.model, inputs, targets=args.targets, reference=args.reference, configs=args.configs.split(","),
+                     competitors=competitors, patterns=patterns, opt_level=args.opt_level, tolerances=tolerances,
+                     repetitions=args.repetitions, warmup=args.warmup, min_time=args.min_time, max_time=args.max_time,
+                     input_sets=args.input_sets, seed=args.seed, progress=not args.quiet)
+    report.print(_console())
+    if args.json:
+        report.save_json(args.json)
+        print(f"wrote {args.json}")
+    if args.plot:
+        report.plot(args.plot)
+        print(f"wrote {args.plot}")
+    bad = [e for e in report.entries if e.kind != "competitor" and e.status in ("mismatch", "failed")]
+    if bad:
+        raise CuvilError(f"{len(bad)} entr{'y' if len(bad) == 1 else 'ies'} did not pass: "
+                         + ", ".join(f"{e.name} ({e.status})" for e in bad))
+    return 0
+
+
+def _bench(args, parser) -> int:
+    from rich.table import Table
+    from rich.text import Text
+
+    from cuvil_mlir.harness import bench_package
+
+    inputs = [_read_npy(p) for p in args.input] if args.input else None
+    if args.json:
+        _check_writable(Path(args.json))
+    result = bench_package(args.package, inputs, prefer=args.target, repetitions=args.repetitions, warmup=args.warmup,
+                           min_time=args.min_time, max_time=args.max_time, input_sets=args.input_sets, seed=args.seed,
+                           progress=not args.quiet)
+    lat = result["latency"]
+    table = Table(title=Text(f"{args.package}: latency in ms"), title_justify="left",
+                  caption=Text("\n".join(result["notes"])), caption_justify="left")
+    for name in ("target", "driver", "first call", "median", "p10-p90", "mean", "min", "reps"):
+        table.add_column(name, justify="left" if name in ("target", "driver") else "right")
+    cells = ["-"] * 5 if lat is None else [f"{lat['median_ms']:.3f}", f"{lat['p10_ms']:.3f}-{lat['p90_ms']:.3f}",
+                                           f"{lat['mean_ms']:.3f}", f"{lat['min_ms']:.3f}",
+                                           f"{lat['repetitions']}{'*' if lat['capped'] else ''}"]
+    table.add_row(Text(result["target"]), result["driver"], f"{result['first_call_ms']:.3f}", *cells)
+    _console().print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _parse_tolerances(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        dtype, eq, value = item.partition("=")
+        try:
+            out[dtype.strip()] = float(value)
+        except ValueError:
+            raise CuvilError(f"--tolerance {item}: expected DTYPE=RTOL, e.g. float32=1e-5") from None
+        if not eq or not dtype.strip() or out[dtype.strip()] < 0:
+            raise CuvilError(f"--tolerance {item}: expected DTYPE=RTOL with RTOL >= 0, e.g. float32=1e-5")
+    return out
+
+
+def _console():
+    """Rich output on stdout; wide enough for the table when stdout is a file or a pipe."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
 
 
 # ---------------------------------------------------------------------------------------

@@ -229,6 +229,7 @@ def compare(model, inputs=None, *, targets: str | Sequence[str] = ("cpu",), refe
     program, eager, model_name = _normalize_model(model, inputs)
     sets, input_info, input_notes = make_input_sets(program, inputs, settings.input_sets, seed)
     check_dtype = reference != "torch-fp64"
+    load_at_start = _loadavg()
 
     with _Progress(progress) as bar:
         bar.say(f"reference: {reference}")
@@ -256,7 +257,8 @@ def compare(model, inputs=None, *, targets: str | Sequence[str] = ("cpu",), refe
     _add_deltas(entries, target_specs)
     notes = _notes(entries, settings, input_notes)
     return Report(model_name, reference_info, input_info, {**settings.to_json(), "opt_level": opt_level, "seed": seed},
-                  {**DEFAULT_RTOL, **(tolerances or {})}, entries, machine_info(drivers), versions(), notes,
+                  {**DEFAULT_RTOL, **(tolerances or {})}, entries,
+                  {**machine_info(drivers), "loadavg_start": load_at_start, "loadavg_end": _loadavg()}, versions(), notes,
                   datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
@@ -535,8 +537,9 @@ def _time_interleaved(timed: list[tuple[Entry, Timer]], settings: TimingSettings
     if not timed:
         return
     bar.phase("timing", len(timed) * settings.repetitions)
+    bar.say(f"timing {len(timed)} entries: warm-up, then {settings.rounds} interleaved rounds")
     for entry, timer in timed:  # warm-up: caches, thread pools, lazy allocations, CUDA graphs
-        bar.say(f"{entry.name}: warm-up")
+        bar.say(f"{entry.name}: warm-up", line=False)
         try:
             timer.warm_up()
         except Exception as e:
@@ -545,7 +548,7 @@ def _time_interleaved(timed: list[tuple[Entry, Timer]], settings: TimingSettings
         for entry, timer in timed:
             if not entry.ran:
                 continue
-            bar.say(f"{entry.name}: timing, round {r + 1}/{settings.rounds}")
+            bar.say(f"{entry.name}: timing, round {r + 1}/{settings.rounds}", line=False)
             try:
                 timer.run_round(bar.advance)
             except Exception as e:
@@ -624,6 +627,14 @@ def machine_info(drivers=None) -> dict:
             "torch_cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
 
 
+def _loadavg() -> list[float] | None:
+    """The 1/5/15-minute load averages: other work on the machine skews latency."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def versions() -> dict[str, str]:
     out = {}
     for dist in ("cuvil-mlir", "torch", "torch-mlir", "iree-base-compiler", "iree-base-runtime", "numpy"):
@@ -672,11 +683,11 @@ class _Progress:
         if self._rich is not None:
             self._rich.stop()
 
-    def say(self, text: str) -> None:
-        """A step: the bar's description on a terminal, a line otherwise."""
+    def say(self, text: str, *, line: bool = True) -> None:
+        """A step: the bar's description on a terminal, else a line (unless ``line`` is False)."""
         if self._rich is not None and self._task is not None:
             self._rich.update(self._task, description=text)
-        elif self.enabled and self._rich is None:
+        elif self.enabled and self._rich is None and line:
             print(f"cuvil: {text}", file=sys.stderr, flush=True)
 
     def phase(self, name: str, total: int) -> None:
@@ -689,3 +700,61 @@ class _Progress:
     def advance(self) -> None:
         if self._rich is not None and self._task is not None:
             self._rich.advance(self._task)
+
+
+# ---------------------------------------------------------------------------------------
+# bench: one package's latency on this machine.
+
+BENCH_SCHEMA = "cuvil-bench"
+
+
+def bench_package(path: str | os.PathLike, inputs=None, *, prefer=None, repetitions: int = 100, warmup: int = 5,
+                  min_time: float = 1.0, max_time: float = 30.0, input_sets: int = 3, seed: int = 0,
+                  progress: bool = False) -> dict:
+    """Time a ``.cuvilpkg`` on the first of its targets (in ``prefer`` order) that runs here.
+    Without ``inputs``, random inputs are generated from the package's signature. Returns the
+    JSON-able result (docs/harness.md, "cuvil bench")."""
+    from cuvil_mlir import load
+
+    settings = TimingSettings(repetitions, warmup, min_time, max_time, 1, input_sets)
+    compiled = load(path, prefer=prefer)
+    sets, info, notes = _package_input_sets(compiled.signature, inputs, settings.input_sets, seed)
+    compiled.signature.check(list(sets[0]))
+    start = time.perf_counter()
+    compiled(*sets[0])
+    first_ms = (time.perf_counter() - start) * 1e3
+    timer = Timer(wall_clock(lambda *xs: compiled(*xs)), sets, settings)
+    with _Progress(progress) as bar:
+        bar.phase("timing", max(settings.repetitions, 1))
+        bar.say(f"{compiled.active_target}: warm-up")
+        timer.warm_up()
+        bar.say(f"{compiled.active_target}: timing")
+        if settings.repetitions:
+            timer.run_round(bar.advance)
+    module = next(m for m in compiled.modules if m.target == compiled.active_target)
+    latency = timer.latency()
+    notes.append("IREE calls take host arrays and return host arrays: a sample includes the copies to and from "
+                 "the device and the wait for it (synchronous)")
+    return _finite({
+        "schema": BENCH_SCHEMA, "schema_version": SCHEMA_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "package": str(path),
+        "target": compiled.active_target, "driver": module.driver, "targets": compiled.targets,
+        "inputs": info, "settings": settings.to_json(), "first_call_ms": round(first_ms, 4),
+        "latency": latency.to_json() if latency else None, "machine": machine_info(), "versions": versions(),
+        "notes": notes,
+    })
+
+
+def _package_input_sets(signature, given, count: int, seed: int):
+    rng = np.random.default_rng(seed)
+    if given is not None:
+        return make_input_sets(None, given, count, seed)
+    try:
+        sets = [tuple(random_array(s.shape, s.dtype, rng) for s in signature.inputs) for _ in range(count)]
+    except ValueError as e:
+        raise CuvilError(f"cannot generate inputs: {e}") from e
+    info = [{"shape": list(s.shape), "dtype": s.dtype, "source": "generated",
+             "values": "N(0, 1)" if np.dtype(_np_name(s.dtype)).kind == "f" else
+             "true/false" if s.dtype == "bool" else "integers in [0, 2)"} for s in signature.inputs]
+    described = ", ".join(f"{i['dtype']}[{', '.join(map(str, i['shape']))}] {i['values']}" for i in info)
+    return sets, info, [f"inputs: generated at random from the package's signature (seed {seed}): {described}"]

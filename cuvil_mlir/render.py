@@ -3,6 +3,7 @@ terminal and a PNG chart. Works from the JSON alone, so a saved report can be sh
 
 from __future__ import annotations
 
+import math
 import os
 
 STATUS_STYLE = {"ok": ("ok", "green"), "mismatch": ("MISMATCH", "bold red"), "failed": ("FAILED", "red"),
@@ -22,7 +23,7 @@ def table(report: dict):
 
     ref = report["reference"]
     title = f"{report['model']}: errors against {ref['name']}, latency in ms"
-    t = Table(title=title, title_justify="left", caption=_caption(report), caption_justify="left", show_lines=False)
+    t = Table(title=Text(title), title_justify="left", caption=Text(_caption(report)), caption_justify="left")
     for name, justify in (("entry", "left"), ("status", "left"), ("compile s", "right"), ("median", "right"),
                           ("p10-p90", "right"), ("reps", "right"), ("x baseline", "right"), ("max abs err", "right"),
                           ("max rel err", "right"), ("tol", "right"), ("patterns fired", "left")):
@@ -32,12 +33,12 @@ def table(report: dict):
         lat, num, deltas = e["latency"], e["numerics"], e["deltas"] or {}
         ratio = deltas.get("latency_ratio")
         t.add_row(
-            e["name"], Text(label, style=style), _num(e["compile_seconds"], ".2f"),
+            Text(e["name"]), Text(label, style=style), _num(e["compile_seconds"], ".2f"),
             _num(lat and lat["median_ms"], ".3f"), f"{lat['p10_ms']:.3f}-{lat['p90_ms']:.3f}" if lat else "-",
             f"{lat['repetitions']}{'*' if lat['capped'] else ''}" if lat else "-",
-            f"{ratio:.2f}x {e['baseline']}" if ratio is not None else "-",
+            Text(f"{ratio:.2f}x {e['baseline']}" if ratio is not None else "-"),
             _err(num, "max_abs_err"), Text(_err(num, "max_rel_err"), style="" if not num or num["passed"] else "bold red"),
-            f"{num['rtol']:.0e}" if num else "-", _fired(e),
+            f"{num['rtol']:.0e}" if num else "-", Text(_fired(e)),
         )
     return t
 
@@ -50,10 +51,10 @@ def print_report(report: dict, console=None) -> None:
 
 
 def _caption(report: dict) -> str:
-    lines = []
+    lines, skipped = [], {}
     for e in report["entries"]:
         if e["status"] == "skipped":
-            lines.append(f"{e['name']}: skipped: {e['reason']}")
+            skipped.setdefault(e["reason"], []).append(e["name"])
         elif e["status"] == "failed":
             lines.append(f"{e['name']}: failed ({e['failed_stage']}): {e['reason']}")
             if e["repro"]:
@@ -61,6 +62,7 @@ def _caption(report: dict) -> str:
         elif e["status"] == "mismatch":
             worst = max((o for o in e["numerics"]["outputs"] if not o["passed"]), key=lambda o: o["max_rel_err"] or float("inf"))
             lines.append(f"{e['name']}: mismatch: {describe_error(worst)}")
+    lines += [f"{', '.join(names)}: skipped: {reason}" for reason, names in skipped.items()]
     lines.append("x baseline: this median / the baseline's median (above 1: slower); * capped by max_time; "
                  "rel err = max |got - ref| / max |ref|")
     lines += report["notes"]
@@ -95,10 +97,12 @@ def _err(num, key: str) -> str:
 
 
 def _fired(e: dict) -> str:
-    if e["kind"] == "competitor":
+    """``pass: pattern xN, ...``, one line per pass."""
+    if e["kind"] == "competitor" or e["status"] not in ("ok", "mismatch"):
         return ""
-    parts = [f"{name} x{n}" for counts in e["patterns_fired"].values() for name, n in sorted(counts.items())]
-    return ", ".join(parts) if parts else "none"
+    lines = [f"{p}: " + ", ".join(f"{name} x{n}" for name, n in sorted(counts.items()))
+             for p, counts in e["patterns_fired"].items() if counts]
+    return "\n".join(lines) if lines else "none"
 
 
 # ---------------------------------------------------------------------------------------
@@ -113,13 +117,14 @@ def plot(report: dict, path: str | os.PathLike) -> None:
 
     entries = report["entries"]
     rows = list(range(len(entries)))[::-1]  # the first entry on top
-    fig = Figure(figsize=(13, 1.6 + 0.45 * len(entries)), layout="constrained")
+    fig = Figure(figsize=(13, 2.0 + 0.45 * len(entries)), layout="constrained")
     FigureCanvasAgg(fig)
     lat_ax, err_ax = fig.subplots(1, 2, sharey=True, width_ratios=[3, 2])
     labels = [e["name"] for e in entries]
-    _latency_panel(lat_ax, entries, rows)
-    _error_panel(err_ax, entries, rows)
+    handles = _latency_panel(lat_ax, entries, rows) + _error_panel(err_ax, entries, rows)
     lat_ax.set_yticks(rows, labels)
+    lat_ax.set_ylim(-0.6, len(entries) - 0.4)
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8, frameon=False)
     fig.suptitle(f"{report['model']}: latency and error against {report['reference']['name']} "
                  f"({report['machine'].get('cpu', '')}, {report['created'][:10]})", fontsize=11)
     fig.savefig(path, dpi=110)
@@ -132,54 +137,64 @@ def _color(e: dict) -> str:
 
 
 def _latency_panel(ax, entries, rows) -> None:
-    medians = [e["latency"]["median_ms"] if e["latency"] else 0.0 for e in entries]
-    low = [m - e["latency"]["p10_ms"] if e["latency"] else 0.0 for e, m in zip(entries, medians)]
-    high = [e["latency"]["p90_ms"] - m if e["latency"] else 0.0 for e, m in zip(entries, medians)]
-    ax.barh(rows, medians, xerr=[low, high], color=[_color(e) for e in entries], capsize=3, height=0.6)
-    shown = [m for m in medians if m > 0]
-    if shown and max(shown) / min(shown) > 20:
+    from matplotlib.patches import Patch
+
+    timed = [(r, e) for r, e in zip(rows, entries) if e["latency"]]
+    medians = [e["latency"]["median_ms"] for _, e in timed]
+    spread = [[m - e["latency"]["p10_ms"] for m, (_, e) in zip(medians, timed)],
+              [e["latency"]["p90_ms"] - m for m, (_, e) in zip(medians, timed)]]
+    ax.barh([r for r, _ in timed], medians, xerr=spread, color=[_color(e) for _, e in timed], capsize=3, height=0.6)
+    if medians and max(medians) / min(medians) > 20:
         ax.set_xscale("log")
     ax.set_xlabel("latency, ms (median; bars: p10-p90)")
     ax.grid(axis="x", alpha=0.3)
-    for y, e, m, h in zip(rows, entries, medians, high):
-        text = f" {m:.3g} ms" if e["latency"] else f" {_why_not_drawn(e)}"
-        ax.text(m + h if e["latency"] else 0, y, text, va="center", fontsize=8,
-                color="black" if e["latency"] else "dimgray")
+    for (y, e), m, high in zip(timed, medians, spread[1]):
+        ax.text(m + high, y, f" {m:.3g} ms", va="center", fontsize=8)
+    _name_the_undrawn(ax, [(r, e) for r, e in zip(rows, entries) if not e["latency"]])
+    kinds = {_color(e): _kind_label(e) for e in entries}
+    return [Patch(color=c, label=label) for c, label in kinds.items()]
+
+
+def _kind_label(e: dict) -> str:
+    if e["kind"] == "cuvil":
+        return "Cuvil" if e["config"] == "default" else "Cuvil, pass/pattern off"
+    return {"plain-iree": "plain IREE (no Cuvil)", "competitor": "PyTorch"}[e["kind"]]
 
 
 def _error_panel(ax, entries, rows) -> None:
-    floor = 1e-12  # zero error (exact) is drawn at the floor of the log axis
-    errors, colors = [], []
-    for e in entries:
-        num = e["numerics"]
-        value = None if not num else (num["max_rel_err"] if num["max_rel_err"] is not None else 1.0)
-        errors.append(max(value, floor) if value is not None else 0.0)
-        colors.append("#2ca02c" if num and num["passed"] else "#d62728")
-    drawn = [r for r, e in zip(rows, entries) if e["numerics"]]
-    ax.barh(drawn, [errors[i] - floor for i, e in enumerate(entries) if e["numerics"]], left=floor,
-            color=[colors[i] for i, e in enumerate(entries) if e["numerics"]], height=0.6)
+    checked = [(r, e, e["numerics"]) for r, e in zip(rows, entries) if e["numerics"]]
+    # a mismatch with no finite error (NaN, wrong shape) is drawn at 1 (100 %)
+    values = [n["max_rel_err"] if n["max_rel_err"] is not None else 1.0 for _, _, n in checked]
+    tolerances = [n["rtol"] for _, _, n in checked if n["rtol"] > 0]
+    positive = [v for v in values + tolerances if v > 0]
+    floor = 10.0 ** (math.floor(math.log10(min(positive))) - 2) if positive else 1e-12  # exact results sit on it
+    ax.barh([r for r, _, _ in checked], [max(v, floor) - floor for v in values], left=floor, height=0.6,
+            color=["#2ca02c" if n["passed"] else "#d62728" for _, _, n in checked])
     ax.set_xscale("log")
-    tolerances = [(r, e["numerics"]["rtol"]) for r, e in zip(rows, entries) if e["numerics"] and e["numerics"]["rtol"] > 0]
-    if tolerances:
-        ax.scatter([t for _, t in tolerances], [r for r, _ in tolerances], marker="|", s=300, color="black",
-                   label="tolerance", zorder=3)
-        ax.legend(loc="lower right", fontsize=8)
-    ax.set_xlim(left=floor)
+    ax.set_xlim(floor, 10.0 ** (math.ceil(math.log10(max(positive))) + 1) if positive else 1.0)
+    marks = [(r, n["rtol"]) for r, _, n in checked if n["rtol"] > 0]
+    handles = []
+    if marks:
+        handles.append(ax.scatter([t for _, t in marks], [r for r, _ in marks], marker="|", s=300, color="black",
+                                  zorder=3, label="error tolerance of the output's dtype"))
     ax.set_xlabel("max relative error vs reference (log; green: within tolerance)")
     ax.grid(axis="x", alpha=0.3)
-    for y, e, v in zip(rows, entries, errors):
-        num = e["numerics"]
-        if num is None:
-            ax.text(floor, y, f" {_why_not_drawn(e)}", va="center", fontsize=8, color="dimgray")
-        else:
-            exact = num["max_rel_err"] == 0
-            ax.text(v, y, " exact" if exact else f" {v:.1e}" + ("" if num["passed"] else " MISMATCH"), va="center",
-                    fontsize=8, color="black" if num["passed"] else "#d62728")
+    for (y, _, n), v in zip(checked, values):
+        text = " exact" if v == 0 else f" {v:.1e}" + ("" if n["passed"] else " MISMATCH")
+        ax.text(max(v, floor), y, text, va="center", fontsize=8, color="black" if n["passed"] else "#d62728")
+    _name_the_undrawn(ax, [(r, e) for r, e in zip(rows, entries) if not e["numerics"]])
+    return handles
+
+
+def _name_the_undrawn(ax, rows_entries) -> None:
+    """Why a row has no bar, written at the panel's left edge (any x scale)."""
+    for y, e in rows_entries:
+        ax.text(0.01, y, _why_not_drawn(e), transform=ax.get_yaxis_transform(), va="center", fontsize=8, color="dimgray")
 
 
 def _why_not_drawn(e: dict) -> str:
     if e["status"] == "skipped":
-        return "skipped (no device)"
+        return "skipped (no device)" if e["kind"] != "competitor" else "skipped"
     if e["status"] == "failed":
         return f"failed ({e['failed_stage']})"
     return "not timed"
