@@ -518,15 +518,17 @@ def _bench(args, parser) -> int:
                            min_time=args.min_time, max_time=args.max_time, input_sets=args.input_sets, seed=args.seed,
                            progress=not args.quiet)
     lat = result["latency"]
-    table = Table(title=Text(f"{args.package}: latency in ms"), title_justify="left",
-                  caption=Text("\n".join(result["notes"])), caption_justify="left")
+    table = Table(title=Text(f"{args.package}: latency in ms"), title_justify="left")
     for name in ("target", "driver", "first call", "median", "p10-p90", "mean", "min", "reps"):
         table.add_column(name, justify="left" if name in ("target", "driver") else "right")
     cells = ["-"] * 5 if lat is None else [f"{lat['median_ms']:.3f}", f"{lat['p10_ms']:.3f}-{lat['p90_ms']:.3f}",
                                            f"{lat['mean_ms']:.3f}", f"{lat['min_ms']:.3f}",
                                            f"{lat['repetitions']}{'*' if lat['capped'] else ''}"]
     table.add_row(Text(result["target"]), result["driver"], f"{result['first_call_ms']:.3f}", *cells)
-    _console().print(table)
+    console = _console()
+    console.print(table)
+    for note in result["notes"]:
+        console.print(Text(note))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
         print(f"wrote {args.json}")

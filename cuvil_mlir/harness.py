@@ -256,6 +256,9 @@ def compare(model, inputs=None, *, targets: str | Sequence[str] = ("cpu",), refe
     entries = [e for e, _ in built]
     _add_deltas(entries, target_specs)
     notes = _notes(entries, settings, input_notes)
+    if load_at_start and load_at_start[0] > 0.5 * (os.cpu_count() or 1):
+        notes.append(f"the machine was busy when this started (load average {load_at_start[0]} on {os.cpu_count()} "
+                     "logical CPUs): latencies may be noisy")
     return Report(model_name, reference_info, input_info, {**settings.to_json(), "opt_level": opt_level, "seed": seed},
                   {**DEFAULT_RTOL, **(tolerances or {})}, entries,
                   {**machine_info(drivers), "loadavg_start": load_at_start, "loadavg_end": _loadavg()}, versions(), notes,
@@ -393,8 +396,13 @@ def reference_outputs(reference, eager, program, sets, *, opt_level: int = 3):
         return outs, {"kind": reference, "name": "torch eager (cpu, float64)" if fp64 else "torch eager (cpu)",
                       "device": "cpu", "torch": torch.__version__}
     if isinstance(reference, str):
-        compiled = _compile(reference, Config("default"), program, opt_level, ())
-        compiled.select()
+        if program is None:
+            raise CuvilError(f"reference target '{reference}' needs the model to compile it")
+        try:
+            compiled = _compile(reference, Config("default"), program, opt_level, ())
+            compiled.select()
+        except CuvilError as e:
+            raise CuvilError(f"the reference target '{reference}' cannot be used here: {e.message}", repro=e.repro) from e
         return [_as_list(compiled(*s)) for s in sets], {"kind": "target", "name": reference, "device": compiled.active_target}
     if callable(reference):
         return [_call_torch(reference, s) for s in sets], {"kind": "callable", "name": getattr(reference, "__name__", type(reference).__name__), "device": "cpu"}
@@ -596,6 +604,7 @@ def _notes(entries: list[Entry], settings: TimingSettings, input_notes: list[str
         notes.append(f"latency: {settings.warmup} warm-up call(s) (at least one per input set), then >= {settings.repetitions} "
                      f"timed calls and >= {settings.min_time:g} s (at most {settings.max_time:g} s) per entry in {settings.rounds} "
                      f"interleaved rounds, rotating over {settings.input_sets} input set(s); median and p10-p90 of single calls")
+    if settings.repetitions and any(e.kind != "competitor" and e.ran for e in entries):
         notes.append("IREE calls take host arrays and return host arrays: a sample includes the copies to and from "
                      "the device and the wait for it (synchronous)")
     if any(e.kind == "competitor" and e.device and e.device.startswith("torch cuda") and e.ran for e in entries):

@@ -40,6 +40,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuvil_targets(*names): run the test only on those of the requested cuvil "
                             "targets that these kinds or specs name")
+    if config.getoption("cuvil_targets"):  # asked for on the command line: check it now (imports the targets)
+        _checked(config.getoption("cuvil_targets"))
 
 
 def pytest_report_header(config):
@@ -51,20 +53,22 @@ def requested_targets(config) -> str:
 
 
 @functools.cache
-def _parsed(text: str) -> tuple[str, ...]:
+def _checked(text: str) -> tuple[str, ...]:
+    """The target specs of ``text``; a usage error naming the valid targets if one is wrong."""
+    from cuvil_mlir.diagnostics import CuvilError
     from cuvil_mlir.targets import parse_targets
 
-    return tuple(t.spec for t in parse_targets(text))
+    try:
+        return tuple(t.spec for t in parse_targets(text))
+    except CuvilError as e:
+        raise pytest.UsageError(f"--cuvil-targets={text}: {e.message}") from None
 
 
 def pytest_generate_tests(metafunc):
     if "cuvil_target" not in metafunc.fixturenames:
         return
     text = requested_targets(metafunc.config)
-    try:
-        specs = _parsed(text)
-    except Exception as e:  # a CuvilError naming the valid targets
-        raise pytest.UsageError(f"--cuvil-targets={text}: {e}") from e
+    specs = _checked(text)
     marker = metafunc.definition.get_closest_marker("cuvil_targets")
     if marker is not None:
         wanted = set(marker.args)

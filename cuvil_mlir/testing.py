@@ -26,6 +26,7 @@ def assert_matches_reference(compiled_or_model, inputs, *, reference="torch", rt
     ``input_sets`` > 1 also checks that many permutations of the inputs' values. Returns the
     ``Numerics`` (errors per output).
     """
+    __tracebackhide__ = True  # pytest: the failure points at the test, not here
     from cuvil_mlir.compiled import CompiledModel
     from cuvil_mlir.harness import Numerics, make_input_sets, reference_outputs, _normalize_model
     from cuvil_mlir.measure import output_errors, to_numpy, worst_of
@@ -62,6 +63,7 @@ def assert_close_across_targets(model, inputs, targets, *, rtol: float | None = 
     """Assert that ``model`` gives the same outputs on every target of ``targets`` that has a
     device here, against the first such target. Skips the test (pytest) when fewer than two
     have a device. Returns the comparison ``Report``."""
+    __tracebackhide__ = True
     import pytest
 
     from cuvil_mlir.harness import _absent, _target_specs, compare
