@@ -25,16 +25,12 @@ from pathlib import Path
 from typing import Iterable
 
 import pytest
+from conftest import package_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# source folder -> the package it is installed as (pyproject.toml's package-dir)
-TREES = {
-    "cuvil_mlir": "cuvil_mlir",
-    "dialects": "cuvil_mlir.dialects",
-    "lowering": "cuvil_mlir.lowering",
-    "targets": "cuvil_mlir.targets",
-}
+# source folder -> the package it is installed as (read from pyproject.toml's package-dir)
+TREES = package_dirs()
 
 # The bottom layer: the MLIR seam and the leaf helpers that sit beside it.
 BOTTOM = {

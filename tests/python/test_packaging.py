@@ -18,18 +18,14 @@ from email.parser import Parser
 from pathlib import Path, PurePosixPath
 
 import pytest
+from conftest import package_dirs
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# source folder -> where its modules live in the wheel (pyproject.toml's package-dir)
-MAPPED = {
-    "cuvil_mlir": "cuvil_mlir",
-    "dialects": "cuvil_mlir/dialects",
-    "lowering": "cuvil_mlir/lowering",
-    "targets": "cuvil_mlir/targets",
-}
+# source folder -> where its modules live in the wheel (read from pyproject.toml's package-dir)
+MAPPED = {folder: package.replace(".", "/") for folder, package in package_dirs().items()}
 FLAT = ("dialects", "lowering", "targets")  # design.md: keep these folders flat
 SCRIPTS = {"cuvil": "cuvil_mlir.cli:main", "cuvil-opt": "cuvil_mlir.cli:opt_main"}
 
