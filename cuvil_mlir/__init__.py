@@ -13,17 +13,20 @@ __version__ = "0.1.0"
 from cuvil_mlir.diagnostics import CuvilError  # noqa: E402
 
 
-def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns=(), disabled_passes=(), disabled_patterns=()):
+def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns=(), disabled_passes=(), disabled_patterns=(),
+            precision: str = "fp32", calibration=None):
     """Compile an ``nn.Module`` (with example ``args``), an ``ExportedProgram`` or a ``.pt2`` path.
 
     Returns a ``CompiledModel``. ``patterns`` are extra ``PatternSet``s run after raising;
     ``disabled_passes`` names passes to skip; ``disabled_patterns`` names single patterns to
     drop (``"raise-torch-to-cuvil/gelu_epilogue"``, or the bare pattern name when only one pass has it).
+    ``precision`` is a policy (cuvil_mlir/precision.py: fp32, fp16, bf16, int8-weight,
+    int4-weight, int8); ``int8`` needs ``calibration``.
     """
     from cuvil_mlir.pipeline import Options, compile_program
 
     options = Options(target=target, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=tuple(disabled_passes),
-                      disabled_patterns=tuple(disabled_patterns))
+                      disabled_patterns=tuple(disabled_patterns), precision=precision, calibration=calibration)
     return compile_program(model, args, options)
 
 

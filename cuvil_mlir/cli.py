@@ -140,7 +140,9 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                    help="target(s), comma-separated in preference order: cpu, cpu:znver4, vmvx, cpu,vmvx (default: cpu)")
     p.add_argument("-O", dest="opt_level", type=int, choices=(0, 1, 2, 3), default=3, metavar="N",
                    help="optimization level -O0..-O3 (default: -O3)")
-    p.add_argument("--emit", metavar="STAGE", help="print the IR after STAGE (torch, cuvil, lowered) instead of compiling")
+    p.add_argument("--precision", default="fp32", metavar="POLICY",
+                   help="fp32 (default), fp16, bf16, int8-weight, int4-weight[{group=N}], int8 (see docs/precision.md)")
+    p.add_argument("--emit", metavar="STAGE", help="print the IR after STAGE (torch, cuvil, fused, precision, lowered) instead of compiling")
     p.add_argument("--elide-weights", action=argparse.BooleanOptionalAction, default=None,
                    help="with --emit: hide large constants (default: on for stdout, off for -o)")
     p.add_argument("--patterns", action="append", default=[], metavar="FILE.py",
@@ -254,7 +256,7 @@ def _compile(args, parser) -> int:
         parser.error("compile needs -o OUT.cuvilpkg (or --emit STAGE to print IR)")
     pattern_files, patterns = _load_patterns(args.patterns)
     options = Options(target=args.target, opt_level=args.opt_level, patterns=tuple(patterns),
-                      disabled_passes=tuple(args.disable_pass))
+                      disabled_passes=tuple(args.disable_pass), precision=args.precision)
     if not Path(args.model).exists():  # before importing torch: a typo should not take seconds
         raise ImportError_(f"model file not found: {args.model}")
     if args.output:

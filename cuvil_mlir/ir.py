@@ -24,6 +24,8 @@ __all__ = [
     "parse_module",
     "module_to_bytecode",
     "module_to_text",
+    "elements_attr",
+    "elements_array",
 ]
 
 
@@ -55,3 +57,76 @@ def module_to_text(module: ir.Module, *, generic: bool = False, elide_weights: b
         kwargs["large_elements_limit"] = 16
         kwargs["large_resource_limit"] = 64
     return module.operation.get_asm(**kwargs)
+
+
+# --- weights: dense elements attributes <-> numpy -------------------------------------------
+# The importer stores weights as DenseElementsAttr (not torch-mlir's default dense_resource
+# blobs, which the Python bindings cannot read back), so passes can fold, concatenate,
+# convert and quantize them.
+
+def _element_type(dtype: str) -> ir.Type:
+    """MLIR element type of a vtensor dtype name (f32, f16, bf16, f64, si8, ui8, si32, si64, i1)."""
+    floats = {"f32": ir.F32Type, "f16": ir.F16Type, "bf16": ir.BF16Type, "f64": ir.F64Type}
+    if dtype in floats:
+        return floats[dtype].get()
+    if dtype == "i1":
+        return ir.IntegerType.get_signless(1)
+    if dtype[:2] in ("si", "ui") and dtype[2:].isdigit():
+        width = int(dtype[2:])
+        return ir.IntegerType.get_signed(width) if dtype[0] == "s" else ir.IntegerType.get_unsigned(width)
+    raise ValueError(f"no MLIR element type for dtype '{dtype}'")
+
+
+def elements_attr(array, dtype: str) -> ir.Attribute:
+    """A DenseElementsAttr holding ``array`` (numpy) as element type ``dtype`` (vtensor names);
+    bf16 takes a float array (rounded to nearest even) or an ml_dtypes.bfloat16 array."""
+    import numpy as np
+
+    if dtype == "bf16":
+        import ml_dtypes
+
+        bits = np.ascontiguousarray(np.asarray(array).astype(ml_dtypes.bfloat16)).view(np.uint16)
+        return ir.DenseElementsAttr.get(bits, type=_element_type("bf16"), shape=list(bits.shape))
+    from cuvil_mlir.tensor_types import MLIR_TO_NUMPY
+
+    arr = np.ascontiguousarray(np.asarray(array).astype(MLIR_TO_NUMPY[dtype]))
+    return ir.DenseElementsAttr.get(arr, type=_element_type(dtype), shape=list(arr.shape))
+
+
+def elements_array(attr: ir.Attribute):
+    """The numpy array of a DenseElementsAttr (splats expanded; bf16 as ml_dtypes.bfloat16);
+    None for attributes whose data Python cannot read (dense_resource blobs)."""
+    import numpy as np
+
+    try:
+        dense = ir.DenseElementsAttr(attr)
+    except (TypeError, ValueError):
+        return None
+    shape = tuple(ir.ShapedType(dense.type).shape)
+    element = ir.ShapedType(dense.type).element_type
+    if str(element) == "bf16":  # no buffer protocol for bf16: read the printed form
+        return _bf16_from_text(str(dense), shape)
+    arr = np.array(dense)
+    if arr.dtype == object:
+        return None
+    return np.broadcast_to(arr, shape).copy() if arr.shape != shape else arr
+
+
+def _bf16_from_text(text: str, shape):
+    """``dense<"0x...">`` (raw little-endian bits) or ``dense<[1.0, ...]>`` / a splat -> bfloat16 array."""
+    import re
+
+    import ml_dtypes
+    import numpy as np
+
+    body = text[text.index("<") + 1:text.rindex(">", 0, text.rindex(":"))]
+    count = int(np.prod(shape, dtype=np.int64))
+    if body.startswith('"0x'):
+        raw = np.frombuffer(bytes.fromhex(body[3:-1]), dtype=np.uint16)
+        values = raw.view(ml_dtypes.bfloat16)
+    else:
+        values = np.array([float(v) for v in re.findall(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan)", body)],
+                          dtype=np.float32).astype(ml_dtypes.bfloat16)
+    if values.size == 1 and count != 1:
+        return np.broadcast_to(values, shape).copy()
+    return values.reshape(shape)

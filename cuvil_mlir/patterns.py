@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from cuvil_mlir.diagnostics import location_text
-from cuvil_mlir.ir import ir, rewrite
+from cuvil_mlir.ir import elements_array, elements_attr, ir, rewrite
 from cuvil_mlir.tensor_types import TensorInfo, tensor_info, vtensor_type_text
 
 PatternFn = Callable[[object, object], object]
@@ -46,12 +46,46 @@ class Pattern:
 
 
 @dataclass
+class Example:
+    """A program for the differential checker (cuvil_mlir.testing.check_pattern).
+
+    ``build(rng)`` takes a ``numpy.random.Generator`` and returns ``(program, args)``: a torch
+    callable or ``nn.Module`` and example tensors, with shapes drawn from ``rng`` (edge sizes
+    included). With ``matches=True`` the pattern must fire on the imported program and leave
+    its numerics unchanged; with ``matches=False`` (a near miss) it must leave the IR untouched."""
+
+    pattern: str
+    build: Callable
+    matches: bool = True
+    name: str = ""
+
+
+@dataclass
 class PatternSet:
     """A named set of patterns; it is also a pass (its name is the pass name)."""
 
     name: str
     patterns: list[Pattern] = field(default_factory=list)
     description: str = ""
+    examples: list[Example] = field(default_factory=list)
+
+    def example(self, pattern: str, *, matches: bool = True):
+        """Decorator: register ``build(rng) -> (program, args)`` as an example of ``pattern``
+        (``matches=False``: a near miss it must not rewrite). Every built-in pattern has at
+        least one matching example; the checker runs them all in CI."""
+
+        def decorate(build: Callable) -> Callable:
+            self.examples.append(Example(pattern, build, matches, build.__name__))
+            return build
+
+        return decorate
+
+    def only(self, *pattern_names: str) -> "PatternSet":
+        """The set reduced to ``pattern_names`` (same pass name)."""
+        unknown = set(pattern_names) - {p.name for p in self.patterns}
+        if unknown:
+            raise KeyError(f"pattern set '{self.name}' has no pattern(s) {sorted(unknown)}")
+        return PatternSet(self.name, [p for p in self.patterns if p.name in pattern_names], self.description, self.examples)
 
     def add(self, root: str, *, benefit: int = 1, name: str | None = None):
         """Decorator: register ``fn`` as a pattern rooted at op name ``root``."""
@@ -63,14 +97,14 @@ class PatternSet:
         return decorate
 
     def __add__(self, other: "PatternSet") -> "PatternSet":
-        return PatternSet(f"{self.name}+{other.name}", self.patterns + other.patterns)
+        return PatternSet(f"{self.name}+{other.name}", self.patterns + other.patterns, examples=self.examples + other.examples)
 
     def without(self, *pattern_names: str) -> "PatternSet":
         unknown = set(pattern_names) - {p.name for p in self.patterns}
         if unknown:
             raise KeyError(f"pattern set '{self.name}' has no pattern(s) {sorted(unknown)}")
         kept = [p for p in self.patterns if p.name not in pattern_names]
-        return PatternSet(self.name, kept, self.description)
+        return PatternSet(self.name, kept, self.description, self.examples)
 
     def apply(self, module: ir.Module, *, max_iterations: int = 20) -> Counter:
         """Apply greedily (with folding) to ``module``; returns how often each pattern fired."""
@@ -287,3 +321,30 @@ def transpose_2d(value) -> ir.Value:
     """``aten.permute(value, [1, 0])`` of a 2-D tensor."""
     t = info(value)
     return build("torch.aten.permute", [value, torch_int_list([1, 0])], vtensor_type(t.shape[::-1], t.dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# Weights: read constant tensors as numpy and build new ones (folding, concatenation,
+# conversion, quantization). The importer stores weights as dense elements so they can be read.
+
+_NUMPY_TO_DTYPE = {"float32": "f32", "float16": "f16", "float64": "f64", "bfloat16": "bf16", "int64": "si64",
+                   "int32": "si32", "int16": "si16", "int8": "si8", "uint8": "ui8", "bool": "i1"}
+
+
+def literal_array(value):
+    """The numpy array of a ``torch.vtensor.literal`` value (None if ``value`` is not one, or its
+    data cannot be read)."""
+    op = defining_op(value, "torch.vtensor.literal")
+    return None if op is None else elements_array(op.attributes["value"])
+
+
+def literal(array, dtype: str | None = None) -> ir.Value:
+    """A ``torch.vtensor.literal`` holding ``array``; ``dtype`` (vtensor name: f32, f16, bf16, si8,
+    ...) defaults to the array's own."""
+    import numpy as np
+
+    array = np.asarray(array)
+    dtype = dtype or _NUMPY_TO_DTYPE.get(str(array.dtype))
+    if dtype is None:
+        raise ValueError(f"no vtensor dtype for numpy dtype {array.dtype}; pass dtype=")
+    return build("torch.vtensor.literal", [], vtensor_type(array.shape, dtype), {"value": elements_attr(array, dtype)})

@@ -3,7 +3,9 @@
     import (torch-mlir FX importer)          -> stage "torch"
     the target's stages, in order:
         raise torch ops to Cuvil ops         -> stage "cuvil"
-        (fusion, precision: later stages)
+        fuse Cuvil ops (conv+BN, norms, attention, epilogues, gated FFN, horizontal)
+                                             -> stage "fused"
+        the precision policy's passes        -> stage "precision"
         lower Cuvil ops back to torch ops,
         check no Cuvil op is left            -> stage "lowered"
     hand-off + IREE compile (targets/iree.py) -> the vmfb
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import version
 
-from cuvil_mlir import __version__
+from cuvil_mlir import __version__, precision
 from cuvil_mlir.compiled import CompiledModel
 from cuvil_mlir.context import make_context
 from cuvil_mlir.diagnostics import CompileError, CuvilError
@@ -45,6 +47,8 @@ class Options:
     patterns: tuple[PatternSet, ...] = ()  # user pattern sets, run in the "cuvil" stage after raising
     disabled_passes: tuple[str, ...] = ()  # passes to skip, built-in or user PatternSets (for A/B comparisons)
     disabled_patterns: tuple[str, ...] = ()  # single patterns to drop: "pass/pattern", or "pattern" when unambiguous
+    precision: str = "fp32"  # a policy of cuvil_mlir/precision.py: fp32, fp16, bf16, int8-weight, int4-weight, int8
+    calibration: object = None  # activation ranges for precision="int8" (cuvil_mlir.calibrate)
 
 
 @dataclass
@@ -64,6 +68,7 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
     options = options or Options()
     targets = parse_targets(options.target, opt_level=options.opt_level)
     check_disabled(options)
+    precision.stage_passes(options.precision, options.calibration)  # a bad policy fails before the import
     valid = stage_names(options.target)
     if emit is not None and emit not in valid[:-1]:
         raise CuvilError(f"unknown stage '{emit}'; stages: {', '.join(valid[:-1])}")
@@ -121,6 +126,7 @@ def _metadata(signature, built: list["_Built"], options: Options, import_seconds
         "target": first.module.target,
         "targets": [b.module.target for b in built],
         "opt_level": options.opt_level,
+        "precision": precision.parse_policy(options.precision).spec,
         "patterns_fired": first.fired,
         "compile_seconds": {IMPORT_STAGE: round(import_seconds, 4), **first.seconds},
         "versions": _versions(),
@@ -184,6 +190,8 @@ def _stage_passes(stage: str, pass_specs, options: Options) -> list[Pass]:
     passes = [registry.get(spec) for spec in pass_specs if parse_pass_spec(spec)[0] not in options.disabled_passes]
     if stage == "cuvil":
         passes += [p for p in options.patterns if p.name not in options.disabled_passes]
+    if stage == "precision":
+        passes += [p for p in precision.stage_passes(options.precision, options.calibration) if p.name not in options.disabled_passes]
     return [_without_patterns(p, options.disabled_patterns) for p in passes]
 
 

@@ -1,15 +1,20 @@
 """The built-in passes, one module per pass: ``raise-torch-to-cuvil`` is raise_torch_to_cuvil.py
-and is tested by tests/lowering/raise-torch-to-cuvil.mlir."""
+and is tested by tests/lowering/raise-torch-to-cuvil.mlir. Each module exposes ``PASS``."""
 
-from cuvil_mlir.passes import FunctionPass, Registry
+from cuvil_mlir.passes import Registry
 
-from . import lower_cuvil_to_torch, raise_torch_to_cuvil, verify_no_cuvil
-
-BUILTIN_PASSES = (
-    raise_torch_to_cuvil.patterns,
-    lower_cuvil_to_torch.PASS,
-    FunctionPass(verify_no_cuvil.NAME, verify_no_cuvil.run, "fail if a Cuvil op reaches IREE"),
+from . import (
+    fuse_attention, fuse_conv_bn, fuse_gated_ffn, fuse_horizontal, fuse_linear_epilogue, fuse_norms,
+    lower_cuvil_to_torch, raise_torch_to_cuvil, verify_no_cuvil,
 )
+
+# In the order `cuvil passes` lists them: raise, fuse, precision/quantize, lower, verify.
+BUILTIN_PASSES = tuple(m.PASS for m in (
+    raise_torch_to_cuvil,
+    fuse_conv_bn, fuse_norms, fuse_attention, fuse_linear_epilogue, fuse_gated_ffn, fuse_horizontal,
+    lower_cuvil_to_torch,
+    verify_no_cuvil,
+))
 
 
 def builtin_registry() -> Registry:

@@ -202,3 +202,4 @@ def rms_norm(op, rewriter):
     if eps_v is None:
         return None
     return cuvil.norm(op.result.type, x, optional_operand(w), kind="rms", eps=eps_v, normalized_shape=shape_v)
+PASS = patterns

@@ -11,6 +11,7 @@ from collections import Counter
 
 from cuvil_mlir.diagnostics import LoweringError, location_text
 from cuvil_mlir.ir import ir
+from cuvil_mlir.passes import FunctionPass
 
 NAME = "verify-no-cuvil"
 
@@ -32,3 +33,6 @@ def run(module: ir.Module) -> Counter:
             "IREE cannot compile Cuvil ops"
         )
     return Counter()
+
+
+PASS = FunctionPass(NAME, run, "fail if a Cuvil op reaches IREE")

@@ -8,8 +8,15 @@ from dataclasses import dataclass, fields
 from typing import ClassVar
 
 # After import, in order: the stage name and the passes it runs (pass specs, as cuvil-opt takes them).
+# "precision" lists no passes of its own: the pipeline fills it from the compile's precision
+# policy (cuvil_mlir/precision.py).
+FUSION_PASSES: tuple[str, ...] = (
+    "fuse-conv-bn", "fuse-norms", "fuse-attention", "fuse-linear-epilogue", "fuse-gated-ffn", "fuse-horizontal",
+)
 DEFAULT_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cuvil", ("raise-torch-to-cuvil",)),
+    ("fused", FUSION_PASSES),
+    ("precision", ()),
     ("lowered", ("lower-cuvil-to-torch{attention=sdpa}", "verify-no-cuvil")),
 )
 

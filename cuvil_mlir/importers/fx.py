@@ -14,7 +14,8 @@ import zipfile
 from pathlib import Path
 
 from cuvil_mlir.diagnostics import ImportError_
-from cuvil_mlir.ir import ir
+from cuvil_mlir.ir import elements_attr, ir
+from cuvil_mlir.tensor_types import TORCH_TO_MLIR
 
 # aten ops kept whole through import (raise patterns and IREE's torch input know them).
 KEPT_OPS = (
@@ -81,13 +82,40 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
             return fx.export_and_import(
                 program,
                 output_type="torch",
-                fx_importer=FxImporter(context=ctx),
+                fx_importer=FxImporter(context=ctx, hooks=_readable_weights_hooks()),
                 decomposition_table={},  # already decomposed above
                 backend_legal_ops=[f"aten.{name}" for name in kept_ops] or None,  # None: torch-mlir's defaults
                 func_name=func_name,
             )
     except Exception as e:
         raise ImportError_(f"torch-mlir could not import the program: {type(e).__name__}: {_short(e)}") from e
+
+
+def _readable_weights_hooks():
+    """Importer hooks that store every tensor literal as a DenseElementsAttr. torch-mlir's
+    default is a dense_resource blob, whose data the Python bindings cannot read back;
+    passes need to read weights (to fold BN into a conv, concatenate Q/K/V, convert to fp16,
+    quantize). Same bytes in the bytecode, same IR for IREE."""
+    import numpy as np
+    import torch
+    from torch_mlir.extras.fx_importer import FxImporterHooks
+
+    class ReadableWeights(FxImporterHooks):
+        def resolve_literal(self, gni, literal, info):
+            if not isinstance(literal, torch.Tensor) or literal.numel() <= 1 or literal.is_sparse:
+                return None  # scalars: torch-mlir makes splats already
+            dtype = TORCH_TO_MLIR.get(str(literal.dtype).removeprefix("torch."))
+            if dtype is None:
+                return None  # complex, fp8, ...: torch-mlir's default path
+            data = literal.detach().cpu()
+            array = data.float().numpy() if data.dtype == torch.bfloat16 else data.numpy()
+            vtype = gni._cc.tensor_to_vtensor_type(literal)
+            with gni._cc._c:
+                op = ir.Operation.create("torch.vtensor.literal", results=[vtype],
+                                         attributes={"value": elements_attr(np.ascontiguousarray(array), dtype)})
+            return op.result
+
+    return ReadableWeights()
 
 
 def _with_non_persistent_buffers(program):

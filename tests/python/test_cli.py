@@ -262,7 +262,7 @@ def test_wrong_input_shape_through_the_console_script(mlp, tmp_path):
 
 def test_compile_option_errors(mlp, tmp_path, capsys):
     cases = [
-        (["--emit", "bogus"], "unknown stage 'bogus'; stages: torch, cuvil, lowered"),
+        (["--emit", "bogus"], "unknown stage 'bogus'; stages: torch, cuvil, fused, precision, lowered"),
         (["--target", "tpu", "-o", str(tmp_path / "o.cuvilpkg")], "unknown target 'tpu'"),
         (["-o", str(tmp_path / "no-such-dir" / "o.cuvilpkg")], "does not exist"),
         (["--emit", "cuvil", "--patterns", str(tmp_path / "absent.py")], "pattern file not found"),
