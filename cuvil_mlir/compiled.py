@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from cuvil_mlir import package
+from cuvil_mlir import hostcpu, package
 from cuvil_mlir.diagnostics import CuvilError, InputError, RuntimeFailure
 from cuvil_mlir.runtime import Session, probe_drivers
 from cuvil_mlir.signature import Signature
@@ -102,7 +102,10 @@ class CompiledModel:
             if m.target in self._failures:
                 continue
             status = drivers.get(m.driver)
-            if status is None:
+            cpu_problem = hostcpu.unmet(m.requires)
+            if cpu_problem is not None:
+                self._failures[m.target] = cpu_problem
+            elif status is None:
                 self._failures[m.target] = f"this IREE runtime has no '{m.driver}' driver"
             elif not status.devices:
                 self._failures[m.target] = f"no '{m.driver}' device ({status.reason})"

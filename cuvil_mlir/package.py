@@ -34,6 +34,7 @@ class PackagedModule:
     vmfb: bytes
     passes: tuple[str, ...] = ()  # the Cuvil passes that produced it (with options)
     patterns_fired: dict = field(default_factory=dict)
+    requires: dict = field(default_factory=dict)  # what the machine must have beyond the driver (a CPU's ISA)
 
 
 def module_file_name(target_spec: str) -> str:
@@ -47,7 +48,7 @@ def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict
     for m in modules:
         entries.append({
             "target": m.target, "driver": m.driver, "iree_flags": list(m.iree_flags),
-            "passes": list(m.passes), "patterns_fired": m.patterns_fired,
+            "passes": list(m.passes), "patterns_fired": m.patterns_fired, "requires": m.requires,
             "file": module_file_name(m.target), "sha256": hashlib.sha256(m.vmfb).hexdigest(), "bytes": len(m.vmfb),
         })
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, **metadata, "modules": entries}
@@ -119,4 +120,7 @@ def _read_module(z: zipfile.ZipFile, names: set, entry: dict, path: Path) -> Pac
     if hashlib.sha256(data).hexdigest() != digest:
         raise PackageError(f"{path} is corrupt: module {file} for target '{target}' fails its sha256 check")
     passes = tuple(entry.get("passes", ()))
-    return PackagedModule(target, driver, flags, data, passes, dict(entry.get("patterns_fired", {})))
+    requires = entry.get("requires", {})
+    if not isinstance(requires, dict):
+        raise PackageError(f"{path} is corrupt: 'requires' of module '{target}' is not an object")
+    return PackagedModule(target, driver, flags, data, passes, dict(entry.get("patterns_fired", {})), dict(requires))

@@ -113,7 +113,7 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
         flags = target.iree_flags()
         vmfb = iree.compile_to_vmfb(module, flags)
         seconds = {"iree-compile": round(time.perf_counter() - start, 4)}
-        built.append(_Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, (), {}), {}, seconds))
+        built.append(_Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, (), {}, target.requirements()), {}, seconds))
     return CompiledModel([b.module for b in built], {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"})
 
 
@@ -171,7 +171,8 @@ def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, el
         seconds["iree-compile"] = round(time.perf_counter() - start, 4)
         passes = tuple(p for _, specs in stages for p in specs)
         fired_json = {name: dict(c) for name, c in fired.items() if c}
-        return _Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json), fired_json, seconds)
+        module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements())
+        return _Built(module, fired_json, seconds)
     raise _all_failed(target, failures)
 
 

@@ -72,6 +72,11 @@ class Target:
     def iree_flags(self) -> list[str]:
         raise NotImplementedError
 
+    def requirements(self) -> dict:
+        """What the compiled module needs of the machine beyond its driver, recorded in the
+        package and checked before loading (a CPU's instruction set: targets/cpu.py)."""
+        return {}
+
     def variants(self) -> list[tuple[tuple[str, tuple[str, ...]], ...]]:
         """The stage lists to try in order: the stages, then each fallback swapped in."""
         out = [self.stages]

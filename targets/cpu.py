@@ -40,6 +40,13 @@ class CpuTarget(Target):
             f"--iree-llvmcpu-stack-allocation-limit={self.stack_allocation_limit}",
         ]
 
+    def requirements(self) -> dict:
+        """The executable format, CPU and instruction-set features IREE compiles for: a module
+        built for another CPU would die with SIGILL (cuvil_mlir/hostcpu.py checks at load)."""
+        from . import iree
+
+        return iree.llvm_cpu_requirements(tuple(self.iree_flags()))
+
 
 @dataclass(frozen=True)
 class VmvxTarget(Target):

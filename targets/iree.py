@@ -7,7 +7,9 @@ fails) and handed to the IREE compiler as bytes.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shlex
 import tempfile
 
@@ -57,3 +59,30 @@ def _first_error(text: str) -> str:
             return line.strip()
     lines = [l for l in text.splitlines() if l.strip()]
     return lines[0] if lines else "unknown error"
+
+
+# A function IREE compiles for the llvm-cpu backend in well under a second: the executable
+# target IREE assigns to it names the CPU and its features.
+_PROBE = "func.func @probe(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = arith.addf %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n"
+_EXECUTABLE_TARGET = re.compile(r'#hal\.executable\.target<"llvm-cpu",\s*"([^"]+)",\s*\{cpu = "([^"]*)", cpu_features = "([^"]*)"')
+
+
+@functools.lru_cache(maxsize=None)
+def llvm_cpu_requirements(flags: tuple[str, ...]) -> dict:
+    """What a module compiled with these llvm-cpu ``flags`` needs of the CPU that runs it:
+    ``{"format": "embedded-elf-x86_64", "cpu": "znver4", "cpu_features": ["avx2", ...]}``
+    (the features IREE's LLVM codegen may use). Empty for flags that do not target llvm-cpu."""
+    from iree.compiler import CompilerToolError, compile_str
+
+    keep = [f for f in flags if f.startswith(("--iree-hal-target-device", "--iree-hal-local-target-device-backends", "--iree-llvmcpu-"))]
+    if not any("llvm-cpu" in f for f in keep):
+        return {}
+    try:
+        text = compile_str(_PROBE, input_type="auto", extra_args=[*keep, "--compile-to=flow"]).decode()
+    except CompilerToolError as e:
+        raise CompileError(f"IREE could not resolve the CPU target: {_first_error(str(e))}") from e
+    m = _EXECUTABLE_TARGET.search(text)
+    if m is None:
+        return {}
+    features = sorted({f[1:] for f in m.group(3).split(",") if f.startswith("+")})
+    return {"format": m.group(1), "cpu": m.group(2), "cpu_features": features}
