@@ -37,6 +37,14 @@ def lower(model, args=(), *, stage: str = "cuvil", target: str = "cpu", patterns
     return compile_program(model, args, Options(target=target, patterns=tuple(patterns)), emit=stage, elide_weights=elide_weights).text
 
 
+def calibrate(model, sample_inputs, *, method: str = "minmax", percentile: float = 99.99, **options):
+    """Activation ranges for ``compile(..., precision="int8", calibration=...)``: see
+    cuvil_mlir/calibration.py (``method`` is minmax or percentile)."""
+    from cuvil_mlir.calibration import calibrate as _calibrate
+
+    return _calibrate(model, sample_inputs, method=method, percentile=percentile, **options)
+
+
 def load(path, prefer=None):
     """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile`` on the first
     of its targets (in ``prefer`` order: target specs or kinds; default the package's) that
@@ -46,4 +54,4 @@ def load(path, prefer=None):
     return _load(path, prefer)
 
 
-__all__ = ["compile", "lower", "load", "CuvilError", "__version__"]
+__all__ = ["compile", "lower", "load", "calibrate", "CuvilError", "__version__"]

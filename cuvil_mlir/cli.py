@@ -7,6 +7,7 @@
     cuvil passes
     cuvil compare model.pt2 --targets cpu,vulkan,cuda [--configs default,plain-iree] [--json r.json] [--plot r.png]
     cuvil bench model.cuvilpkg [--target vulkan] [--repetitions 200]
+    cuvil check-patterns [FILE.py ...] [--pass NAME] [--pattern NAME] [--seeds N] [--json OUT]
     cuvil-opt file.mlir -p raise-torch-to-cuvil,lower-cuvil-to-torch [--split-input-file] [-o out.mlir]
 
 Every error a user can cause prints one line ``cuvil: error: ...`` (plus ``reproduce with:``
@@ -182,8 +183,14 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                        description="Compile a .pt2 model for every target and configuration, run each where this machine "
                        "has a device, and show compile time, latency and errors against a reference side by side "
                        "(docs/harness.md). Exits 1 when a Cuvil entry fails or does not match the reference.")
-    p.add_argument("model", metavar="MODEL.pt2", help="a .pt2 file written by torch.export.save")
+    p.add_argument("model", metavar="MODEL", nargs="?",
+                   help="a .pt2 file written by torch.export.save, or FILE.py:FACTORY / package.module:FACTORY "
+                   "(a function returning (model, inputs)); not with --from")
     p.add_argument("--targets", default="cpu", help="targets, comma-separated (default: cpu); those without a device are skipped")
+    p.add_argument("--build-only", metavar="DIR", help="only compile: write one .cuvilpkg per entry, the inputs, the reference "
+                   "outputs and a manifest into DIR, to run elsewhere with --from DIR (no device needed here)")
+    p.add_argument("--from", dest="from_dir", metavar="DIR", help="run a comparison built with --build-only DIR: load its "
+                   "packages on this machine's devices, rebuild the model for the competitors; needs no compiler")
     p.add_argument("--input", "-i", action="append", default=None, metavar="X.npy",
                    help="an input array, in order (repeatable; default: random inputs from the model's signature)")
     p.add_argument("--reference", default="torch", metavar="REF",
@@ -191,9 +198,9 @@ def _cuvil_parser() -> argparse.ArgumentParser:
     p.add_argument("--configs", default="default", metavar="CONFIGS",
                    help="pattern configurations, comma-separated: default, plain-iree (no Cuvil), without:PASS, "
                    "without:PATTERN, without:PASS/PATTERN (default: default)")
-    p.add_argument("--competitors", default="eager", metavar="NAMES",
+    p.add_argument("--competitors", default=None, metavar="NAMES",
                    help="PyTorch on the same device: eager, torch.compile, torch.compile:reduce-overhead, "
-                   "torch.compile:max-autotune, all, or none (default: eager)")
+                   "torch.compile:max-autotune, all, or none (default: eager; with --from: the build's)")
     p.add_argument("--patterns", action="append", default=[], metavar="FILE.py",
                    help="a Python file of PatternSets to run after raising, in every Cuvil configuration (repeatable)")
     p.add_argument("-O", dest="opt_level", type=int, choices=(0, 1, 2, 3), default=3, metavar="N", help="optimization level (default: -O3)")
@@ -214,6 +221,22 @@ def _cuvil_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="OUT.json", help="write the result as JSON (schema: docs/harness.md)")
     _timing_arguments(p, repetitions=100, min_time=1.0, max_time=30.0)
     p.set_defaults(command=_bench)
+
+    p = sub.add_parser("check-patterns", parents=[common], help="check rewrite patterns numerically on IREE CPU",
+                       description="The differential checker (docs/testing.md): run each pattern's registered examples "
+                       "before and after the pattern on IREE CPU and compare; a near miss must leave the IR untouched. "
+                       "Checks every built-in pattern, or the patterns of the given files. Exits 1 on any failure.")
+    p.add_argument("files", nargs="*", metavar="FILE.py", help="pattern files to check (default: every built-in pass)")
+    p.add_argument("--pass", dest="pass_names", action="append", default=[], metavar="NAME",
+                   help="only this pass (repeatable)")
+    p.add_argument("--pattern", dest="pattern_names", action="append", default=[], metavar="NAME",
+                   help="only this pattern, NAME or PASS/NAME (repeatable)")
+    p.add_argument("--seeds", type=_positive(int), default=2, metavar="N", help="seeds 0..N-1 per example (default: 2)")
+    p.add_argument("--target", default="cpu", help="where both versions run (default: cpu)")
+    p.add_argument("--repro-dir", metavar="DIR", help="where failures write their repro folders (default: the temp dir)")
+    p.add_argument("--json", metavar="OUT.json", help="write every check as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no line per check while running")
+    p.set_defaults(command=_check_patterns)
     return parser
 
 
@@ -532,22 +555,47 @@ def _registry(pattern_files: list[str]):
 
 
 def _compare(args, parser) -> int:
-    from cuvil_mlir.harness import compare
+    from cuvil_mlir.harness import build_only, compare, load_model_spec, run_from
 
-    if not Path(args.model).exists():  # before importing torch: a typo should not take seconds
+    if args.from_dir and (args.build_only or (args.model and (args.model.endswith(".pt2") or ":" not in args.model))):
+        raise CuvilError("compare --from DIR takes no --build-only and no .pt2 MODEL (the packages and targets are in DIR's "
+                         "manifest); a MODEL FILE.py:FACTORY there replaces the manifest's, for the competitors")
+    if not args.from_dir and not args.model:
+        raise CuvilError("compare: give a MODEL (.pt2 or FILE.py:FACTORY), or --from DIR")
+    spec = args.model if args.model and not args.model.endswith(".pt2") and ":" in args.model else None
+    if args.model and not spec and not Path(args.model).exists():  # before importing torch: a typo should not take seconds
         raise ImportError_(f"model file not found: {args.model}")
     for out in (args.json, args.plot):
         if out:
             _check_writable(Path(out))
     tolerances = _parse_tolerances(args.tolerance)
-    _, patterns = _load_patterns(args.patterns)
-    inputs = [_read_npy(p) for p in args.input] if args.input else None
     competitors = () if args.competitors == "none" else args.competitors
+    if competitors is None and not args.from_dir:
+        competitors = "eager"
     _quiet_torch_logs(args)
-    report = compare(args.model, inputs, targets=args.targets, reference=args.reference, configs=args.configs.split(","),
-                     competitors=competitors, patterns=patterns, opt_level=args.opt_level, tolerances=tolerances,
-                     repetitions=args.repetitions, warmup=args.warmup, min_time=args.min_time, max_time=args.max_time,
-                     input_sets=args.input_sets, seed=args.seed, progress=not args.quiet)
+    timing = dict(repetitions=args.repetitions, warmup=args.warmup, min_time=args.min_time, max_time=args.max_time)
+    if args.from_dir:
+        report = run_from(args.from_dir, competitors=competitors, model_spec=spec, progress=not args.quiet, **timing)
+    else:
+        _, patterns = _load_patterns(args.patterns)
+        inputs = [_read_npy(p) for p in args.input] if args.input else None
+        model = args.model
+        if spec:
+            model, made = load_model_spec(spec)
+            inputs = inputs or made
+        options = dict(targets=args.targets, reference=args.reference, configs=args.configs.split(","),
+                       competitors=competitors, patterns=patterns, opt_level=args.opt_level, tolerances=tolerances,
+                       input_sets=args.input_sets, seed=args.seed, progress=not args.quiet, **timing)
+        if args.build_only:
+            manifest = build_only(model, inputs, out_dir=args.build_only, model_spec=spec, **options)
+            built = [e for e in manifest["entries"] if e["package"]]
+            print(f"wrote {len(built)} package(s), inputs, references and {args.build_only}/manifest.json; "
+                  f"run there: cuvil compare --from {args.build_only}")
+            for e in manifest["entries"]:
+                if not e["package"]:
+                    print(f"  {e['name']}: compile failed: {e['reason']}")
+            return 0
+        report = compare(model, inputs, **options)
     report.print(_console())
     if args.json:
         report.save_json(args.json)
@@ -589,6 +637,33 @@ def _bench(args, parser) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
         print(f"wrote {args.json}")
+    return 0
+
+
+def _check_patterns(args, parser) -> int:
+    from rich.text import Text
+
+    from cuvil_mlir.pattern_check import check_patterns
+
+    if args.json:
+        _check_writable(Path(args.json))
+    console = _console()
+
+    def progress(check) -> None:
+        if not args.quiet:
+            style = "green" if check.passed else "bold red"
+            example = f" {check.example} seed {check.seed}" if check.example else ""
+            console.print(Text(f"{check.pass_name}/{check.pattern}{example}: ").append(check.status, style=style))
+
+    report = check_patterns(args.files or None, passes=args.pass_names, patterns=args.pattern_names, seeds=args.seeds,
+                            target=args.target, repro_dir=args.repro_dir, progress=progress)
+    report.print(console)
+    if args.json:
+        report.save_json(args.json)
+        print(f"wrote {args.json}")
+    if not report.passed:
+        names = sorted({f"{c.pass_name}/{c.pattern} ({c.status})" for c in report.failures})
+        raise CuvilError(f"{len(report.failures)} of {len(report.checks)} checks failed: {', '.join(names)}")
     return 0
 
 

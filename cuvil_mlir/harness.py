@@ -25,7 +25,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
@@ -767,3 +767,238 @@ def _package_input_sets(signature, given, count: int, seed: int):
              "true/false" if s.dtype == "bool" else "integers in [0, 2)"} for s in signature.inputs]
     described = ", ".join(f"{i['dtype']}[{', '.join(map(str, i['shape']))}] {i['values']}" for i in info)
     return sets, info, [f"inputs: generated at random from the package's signature (seed {seed}): {described}"]
+
+
+# ---------------------------------------------------------------------------------------
+# Compile here, run there: ``compare --build-only DIR`` and ``compare --from DIR``.
+
+BUILD_SCHEMA = "cuvil-compare-build"
+MANIFEST = "manifest.json"
+
+
+def load_model_spec(spec: str):
+    """``FILE.py:NAME`` or ``package.module:NAME`` -> (nn.Module in eval mode, example inputs).
+    NAME is a factory called without arguments that returns ``(model, inputs)`` (as
+    examples/models.py's builders do) or a module alone (inputs are then None)."""
+    import importlib
+    import importlib.util
+
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise CuvilError(f"model spec '{spec}': expected FILE.py:FACTORY or package.module:FACTORY")
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise CuvilError(f"model spec '{spec}': no file {where}")
+        sys.path.insert(0, str(path.resolve().parent))  # the file may import its neighbours
+        mod_spec = importlib.util.spec_from_file_location(f"_cuvil_model_{path.stem}", path)
+        module = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise CuvilError(f"model spec '{spec}': {where} has no callable '{name}'")
+    made = factory()
+    model, inputs = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
+    if hasattr(model, "eval"):
+        model = model.eval()
+    return model, inputs
+
+
+def build_only(model, inputs=None, *, out_dir: str | os.PathLike, model_spec: str | None = None,
+               targets: str | Sequence[str] = ("cpu",), reference: str = "torch", configs: Sequence[str] | None = None,
+               competitors: Sequence[str] = ("eager",), patterns=(), opt_level: int = 3,
+               tolerances: dict[str, float] | None = None, repetitions: int = 50, warmup: int = 5,
+               min_time: float = 0.5, max_time: float = 10.0, rounds: int = 3, input_sets: int = 3, seed: int = 0,
+               progress: bool = False) -> dict:
+    """The first half of ``compare`` on a machine without the devices: compile every target x
+    configuration into ``out_dir`` (one .cuvilpkg each), with the input sets, the reference
+    outputs and a manifest; ``run_from(out_dir)`` finishes the comparison where the devices are.
+    Nothing here needs a device. ``model_spec`` (``FILE.py:FACTORY``) lets the other machine
+    rebuild the model for the PyTorch competitors (a .pt2 ``model`` is copied along instead).
+    Returns the manifest."""
+    settings = TimingSettings(repetitions, warmup, min_time, max_time, rounds, input_sets)
+    target_specs = _target_specs(targets)
+    parsed_configs = [parse_config(c, patterns) for c in (configs or ["default"])]
+    competitor_names = _competitor_names(competitors)
+    program, eager, model_name = _normalize_model(model, inputs)
+    sets, input_info, input_notes = make_input_sets(program, inputs, settings.input_sets, seed)
+    out = Path(out_dir)
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.cuvilpkg"):
+        old.unlink()
+    model_spec = _portable_spec(model_spec)
+    pt2 = None
+    if isinstance(model, (str, os.PathLike)) and str(model).endswith(".pt2"):
+        pt2 = "model.pt2"
+        (out / pt2).write_bytes(Path(model).read_bytes())
+    with _Progress(progress) as bar:
+        bar.say(f"reference: {reference}")
+        refs, reference_info = reference_outputs(reference, eager, program, sets, opt_level=opt_level)
+        bar.phase("compiling", len(target_specs) * len(parsed_configs))
+        entries = []
+        for i, (spec, config) in enumerate((t, c) for t in target_specs for c in parsed_configs):
+            bar.say(f"{_entry_name(spec, config)}: compiling")
+            entries.append(_build_package(i, spec, config, program, opt_level, patterns, out))
+            bar.advance()
+    files = {"inputs": [], "refs": []}
+    for s, (xs, rs) in enumerate(zip(sets, refs)):
+        files["inputs"].append(_save_arrays(out / "data", f"set{s}_in", xs))
+        files["refs"].append(_save_arrays(out / "data", f"set{s}_ref", rs))
+    manifest = _finite({
+        "schema": BUILD_SCHEMA, "schema_version": SCHEMA_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model": model_name,
+        "model_spec": model_spec, "pt2": pt2, "targets": target_specs, "configs": [c.name for c in parsed_configs],
+        "competitors": competitor_names, "reference": reference_info, "check_dtype": reference != "torch-fp64",
+        "inputs": input_info, "input_notes": input_notes, "files": files,
+        "settings": {**settings.to_json(), "opt_level": opt_level, "seed": seed},
+        "tolerances": {**DEFAULT_RTOL, **(tolerances or {})}, "entries": entries,
+        "machine": {**machine_info(), "loadavg": _loadavg()}, "versions": versions(),
+    })
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n")
+    return manifest
+
+
+def _build_package(index: int, spec: str, config: Config, program, opt_level: int, patterns, out: Path) -> dict:
+    from cuvil_mlir.targets import parse_target
+
+    target = parse_target(spec, opt_level=opt_level)
+    entry = Entry(_entry_name(spec, config), "plain-iree" if config.plain else "cuvil", config.name, target=spec)
+    row = {"driver": target.driver, "package": None}
+    start = time.perf_counter()
+    try:
+        compiled = _compile(spec, config, program, opt_level, patterns)
+    except Exception as e:
+        entry.fail("compile", e)
+        return {**asdict(entry), **row}
+    entry.compile_seconds = round(time.perf_counter() - start, 4)
+    entry.compile_breakdown = dict(compiled.metadata.get("compile_seconds", {}))
+    entry.patterns_fired = compiled.patterns_fired
+    entry.iree_flags = list(compiled.modules[0].iree_flags)
+    slug = "".join(ch if ch.isalnum() else "-" for ch in entry.name).strip("-")
+    row["package"] = f"{index:02d}-{slug}.cuvilpkg"
+    compiled.save(out / row["package"])
+    return {**asdict(entry), **row}
+
+
+def _portable_spec(spec: str | None) -> str | None:
+    """A FILE.py:FACTORY spec with FILE relative to the working directory when it lies under it
+    (run_from resolves it against its own working directory: run both from the repo root)."""
+    if not spec:
+        return spec
+    where, _, name = spec.rpartition(":")
+    if where.endswith(".py"):
+        path = Path(where).resolve()
+        try:
+            return f"{path.relative_to(Path.cwd().resolve())}:{name}"
+        except ValueError:
+            return f"{path}:{name}"
+    return spec
+
+
+def _save_arrays(folder: Path, stem: str, arrays) -> list[str]:
+    names = []
+    for j, a in enumerate(arrays):
+        names.append(f"{stem}{j}.npy")
+        np.save(folder / names[-1], np.asarray(a), allow_pickle=False)
+    return names
+
+
+def run_from(build_dir: str | os.PathLike, *, competitors: Sequence[str] | None = None, model_spec: str | None = None,
+             repetitions: int | None = None, warmup: int | None = None, min_time: float | None = None,
+             max_time: float | None = None, rounds: int | None = None, progress: bool = False) -> Report:
+    """The second half of ``compare``: load the packages ``build_only`` wrote on this machine's
+    devices (a target without a device here is skipped), check them against the reference
+    outputs computed where they were built, rebuild the model for the PyTorch competitors
+    (``model_spec`` or the manifest's; else the copied .pt2), and time everything interleaved.
+    Needs only the IREE runtime and torch: no torch-mlir, no IREE compiler. Timing settings
+    default to the ones given at build time."""
+    folder = Path(build_dir)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise CuvilError(f"compare --from: {folder} has no {MANIFEST} (write one with compare --build-only {folder})") from None
+    if manifest.get("schema") != BUILD_SCHEMA:
+        raise CuvilError(f"compare --from: {folder / MANIFEST} is not a '{BUILD_SCHEMA}' manifest")
+    given = manifest["settings"]
+    chosen = {"repetitions": repetitions, "warmup": warmup, "min_time": min_time, "max_time": max_time, "rounds": rounds}
+    settings = TimingSettings(**{k: given[k] if v is None else v for k, v in chosen.items()}, input_sets=given["input_sets"])
+    data = folder / "data"
+    sets = [tuple(np.load(data / f) for f in names) for names in manifest["files"]["inputs"]]
+    refs = [[np.load(data / f) for f in names] for names in manifest["files"]["refs"]]
+    tolerances, check_dtype = manifest["tolerances"], manifest["check_dtype"]
+    competitor_names = _competitor_names(manifest["competitors"] if competitors is None else competitors)
+    spec = model_spec or manifest.get("model_spec")
+    from cuvil_mlir.runtime import probe_drivers
+
+    with _Progress(progress) as bar:
+        drivers = probe_drivers()
+        devices = _competitor_devices(manifest["targets"], competitor_names)
+        bar.phase("loading", len(manifest["entries"]) + sum(len(n) for n in devices.values()))
+        built: list[tuple[Entry, Timer | None]] = []
+        for row in manifest["entries"]:
+            bar.say(f"{row['name']}: loading and checking")
+            built.append(_load_package(row, folder, sets, refs, drivers, tolerances, check_dtype, settings))
+            bar.advance()
+        eager = _rebuild_eager(spec, folder, manifest) if any(devices.values()) else None
+        for device, names in devices.items():
+            for name in names:
+                bar.say(f"{_competitor_label(name, device)}: building and checking")
+                if isinstance(eager, str):
+                    built.append((Entry(_competitor_label(name, device), "competitor", name, device=f"torch {device}").skip(eager), None))
+                else:
+                    built.append(_build_competitor(name, device, eager, sets, refs, tolerances, check_dtype, settings))
+                bar.advance()
+        _time_interleaved([(e, t) for e, t in built if t is not None], settings, bar)
+    entries = [e for e, _ in built]
+    _add_deltas(entries, manifest["targets"])
+    notes = _notes(entries, settings, manifest["input_notes"])
+    b = manifest["machine"]
+    notes.insert(0, f"compiled on {b.get('hostname')} ({b.get('cpu')}) at {manifest['created']} with "
+                    + ", ".join(f"{k} {v}" for k, v in manifest["versions"].items() if k != "iree-base-runtime")
+                    + f"; loaded and run here from {folder.name}/; reference outputs computed there")
+    if competitor_names and not isinstance(eager, str) and eager is not None:
+        notes.append(f"competitors: the model rebuilt here from {spec or manifest.get('pt2')}")
+    return Report(manifest["model"], manifest["reference"], manifest["inputs"],
+                  {**settings.to_json(), "opt_level": given.get("opt_level"), "seed": given.get("seed"),
+                   "built_from": str(folder), "built_on": b.get("hostname"), "built": manifest["created"]},
+                  tolerances, entries, {**machine_info(drivers), "loadavg_end": _loadavg()}, versions(), notes,
+                  datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def _load_package(row: dict, folder: Path, sets, refs, drivers, tolerances, check_dtype, settings):
+    from cuvil_mlir import package
+    from cuvil_mlir.compiled import CompiledModel
+
+    keep = {f.name for f in fields(Entry)}
+    entry = Entry(**{k: v for k, v in row.items() if k in keep and k not in ("latency", "numerics", "deltas", "baseline")})
+    if entry.status == "failed":  # it did not compile there: the row says why
+        return entry, None
+    entry.status = "ok"
+    absent = _absent(row["driver"], drivers)
+    if absent:
+        return entry.skip(absent), None
+    device = drivers[row["driver"]].devices[0]
+    entry.device = row["driver"] if device.name in ("", "default") else f"{row['driver']}: {device.name}"
+    try:
+        metadata, modules = package.read(folder / row["package"])
+        compiled = CompiledModel(modules, metadata, prefer=[row["target"]])
+        compiled.select()
+    except Exception as e:
+        return entry.fail("load", e), None
+    return _check(entry, lambda *xs: compiled(*xs), sets, refs, tolerances, check_dtype, settings, wall_clock)
+
+
+def _rebuild_eager(spec: str | None, folder: Path, manifest: dict):
+    """The eager model for the competitors, or a string saying why there is none."""
+    try:
+        if spec:
+            return load_model_spec(spec)[0]
+        if manifest.get("pt2"):
+            import torch
+
+            return torch.export.load(folder / manifest["pt2"]).module()
+    except Exception as e:
+        return f"cannot rebuild the model here: {type(e).__name__}: {_one_line(str(e))[:300]}"
+    return "no model to rebuild: the build had no model spec (FILE.py:FACTORY) and no .pt2"

@@ -59,4 +59,48 @@ def stage_passes(policy: str | Policy | None, calibration=None) -> list:
         if policy.options:
             raise CuvilError(f"precision fp32 takes no options, got {policy.spec}")
         return []
+    if policy.name in ("int8-weight", "int4-weight"):
+        return [_weight_only_pass(policy)]
+    if policy.name == "int8":
+        return [_static_int8_pass(policy, calibration)]
     raise CuvilError(f"precision '{policy.name}' is not built yet")
+
+
+# Quantized policies only: IREE's const-expr hoisting would otherwise evaluate the weight
+# dequantization at compile time (for tensors below its 1 MiB size-increase threshold) and
+# store the float weights in the vmfb again; at 0 it never hoists what grows the module.
+QUANTIZED_IREE_FLAGS = ("--iree-opt-const-expr-max-size-increase-threshold=0",)
+
+
+def iree_flags(policy: str | Policy | None) -> list[str]:
+    """IREE flags the policy needs on top of the target's."""
+    policy = parse_policy(policy)
+    return list(QUANTIZED_IREE_FLAGS) if policy.name in ("int8-weight", "int4-weight", "int8") else []
+
+
+def _weight_only_pass(policy: Policy):
+    """int8-weight (no options) -> quantize-weights{bits=8}; int4-weight{group=N} -> {bits=4,group=N}."""
+    from cuvil_mlir.lowering import quantize_weights
+
+    allowed = ("group",) if policy.name == "int4-weight" else ()
+    extra = [k for k, _ in policy.options if k not in allowed]
+    if extra:
+        takes = f"takes only {', '.join(allowed)}" if allowed else "takes no options"
+        raise CuvilError(f"precision {policy.name} {takes}, got {policy.spec}")
+    bits = "4" if policy.name == "int4-weight" else "8"
+    group = policy.option("group", str(quantize_weights.DEFAULT_GROUP))
+    return quantize_weights.PASS.configure({"bits": bits, "group": group})
+
+
+def _static_int8_pass(policy: Policy, calibration):
+    """int8 -> quantize-static with the calibration's activation ranges."""
+    from cuvil_mlir.calibration import Calibration
+    from cuvil_mlir.lowering import quantize_static
+
+    if policy.options:
+        raise CuvilError(f"precision int8 takes no options, got {policy.spec}")
+    if calibration is None:
+        raise CuvilError("precision int8 needs activation ranges: pass calibration=cuvil_mlir.calibrate(model, sample_inputs)")
+    if not isinstance(calibration, Calibration):
+        raise CuvilError(f"calibration must be a cuvil_mlir.calibration.Calibration (from cuvil_mlir.calibrate), got {type(calibration).__name__}")
+    return quantize_static.make_pass(calibration.ranges)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuvil_mlir.diagnostics import InputError
-from cuvil_mlir.ir import ir
 from cuvil_mlir.tensor_types import MLIR_TO_NUMPY, parse_vtensor
 
 
@@ -60,6 +59,8 @@ def spec_from_type(type_text: str) -> TensorSpec:
 
 def signature_of(module, func_name: str = "main") -> Signature:
     """Read the signature of ``func_name`` from a torch-dialect module."""
+    from cuvil_mlir.ir import ir  # here only: loading a package (the runtime side) needs no MLIR bindings
+
     for op in module.body.operations:
         if op.operation.name == "func.func" and str(op.attributes["sym_name"]).strip('"') == func_name:
             ftype = op.attributes["function_type"]

@@ -1,9 +1,14 @@
-"""Assertion helpers for tests of compiled models (the pytest plugin re-exports them).
+"""Testing helpers: assertions for compiled models (the pytest plugin re-exports them) and
+the differential checker for rewrite patterns (cuvil_mlir/pattern_check.py).
 
     from cuvil_mlir.testing import assert_matches_reference, assert_close_across_targets
 
     def test_block(cuvil_target):                      # the plugin's fixture: one run per target
         assert_matches_reference(model, (x,), target=cuvil_target)
+
+    from cuvil_mlir.testing import check_patterns
+    report = check_patterns(["my_patterns.py"])        # default: every built-in pattern
+    assert report.passed, str(report)
 
 Errors are max-norm relative (max |got - ref| / max |ref|) and pass under the per-dtype
 tolerances of cuvil_mlir.measure.DEFAULT_RTOL unless ``rtol`` is given. A failure names the
@@ -13,6 +18,18 @@ output, its error, the tolerance and the worst element.
 from __future__ import annotations
 
 from cuvil_mlir.diagnostics import CuvilError
+
+# The checker's names, imported on first use: it loads the MLIR bindings, which the pytest
+# plugin (importing this module at startup) should not pay for.
+_CHECKER_NAMES = ("check_pattern", "check_patterns", "builtin_pattern_sets", "PatternCheck", "CheckReport")
+
+
+def __getattr__(name: str):
+    if name in _CHECKER_NAMES:
+        from cuvil_mlir import pattern_check
+
+        return getattr(pattern_check, name)
+    raise AttributeError(f"module 'cuvil_mlir.testing' has no attribute '{name}'")
 
 
 def assert_matches_reference(compiled_or_model, inputs, *, reference="torch", rtol: float | None = None,

@@ -21,6 +21,9 @@ Operand = ext.Operand
 Result = ext.Result
 
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid")
+# Gated (GLU-family) activations of cuvil.linear, each with the activation of its gate half:
+# the op computes y = x · Wᵀ + b with 2F out features and returns act(y[..., :F]) * y[..., F:].
+GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh", "reglu": "relu"}
 NORM_KINDS = ("layer", "rms")
 FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
 
@@ -80,7 +83,9 @@ class LinearOp(Cuvil.Operation, name="linear", traits=[ext.Pure]):
 
     ``input`` is ``[..., K]``, ``weight`` is ``[N, K]`` (torch's layout), ``bias`` is ``[N]``;
     the result is ``[..., N]``. ``activation`` is one of none, relu, gelu, gelu_tanh, silu,
-    sigmoid.
+    sigmoid, or a gated activation (swiglu, geglu, geglu_tanh, reglu: ``GATED_ACTIVATIONS``):
+    then ``weight`` stacks the gate and up projections ``[W_g; W_u]`` (N = 2F, static) and the
+    result is ``[..., F]``: ``act(y[..., :F]) * y[..., F:]`` with ``y = x · Wᵀ + b``.
 
         %y = "cuvil.linear"(%x, %w, %b) {activation = "relu", operandSegmentSizes = array<i32: 1, 1, 1>}
              : (!torch.vtensor<[8,64],f32>, !torch.vtensor<[128,64],f32>, !torch.vtensor<[128],f32>)
@@ -94,7 +99,8 @@ class LinearOp(Cuvil.Operation, name="linear", traits=[ext.Pure]):
     bias: Operand[Any] | None = None
 
     def _check(op):
-        _check_choice(_str_attr(op, "activation"), ACTIVATIONS, "activation")
+        activation = _str_attr(op, "activation")
+        _check_choice(activation, ACTIVATIONS + tuple(GATED_ACTIVATIONS), "activation")
         x, w, y = _info(op.input, "input"), _info(op.weight, "weight"), _info(op.result, "result")
         if x.rank < 1:
             raise VerifyError(f"input must have rank >= 1, got rank {x.rank}")
@@ -103,7 +109,12 @@ class LinearOp(Cuvil.Operation, name="linear", traits=[ext.Pure]):
         _check_dim(x.shape[-1], w.shape[1], "input's last dim must equal weight's dim 1 (in features)")
         if y.rank != x.rank:
             raise VerifyError(f"result rank must equal input rank {x.rank}, got {y.rank}")
-        _check_dim(y.shape[-1], w.shape[0], "result's last dim must equal weight's dim 0 (out features)")
+        if activation in GATED_ACTIVATIONS:
+            if w.shape[0] < 0 or w.shape[0] % 2:
+                raise VerifyError(f"gated activation '{activation}' needs a static, even weight dim 0 (2 x out features), got {w.shape[0]}")
+            _check_dim(y.shape[-1], w.shape[0] // 2, f"gated activation '{activation}': result's last dim must be half of weight's dim 0")
+        else:
+            _check_dim(y.shape[-1], w.shape[0], "result's last dim must equal weight's dim 0 (out features)")
         if op.bias is not None:
             b = _info(op.bias, "bias")
             if b.rank != 1:
@@ -303,3 +314,138 @@ def with_activation(op, activation: str):
         dilation=list(ir.DenseI64ArrayAttr(op.attributes["dilation"])),
         groups=ir.IntegerAttr(op.attributes["groups"]).value, activation=activation,
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Static int8: quantized linear / conv2d (written by quantize-static and raise-pt2e-quant).
+
+
+def _check_quantized(op):
+    """Shared checks of qlinear / qconv2d: si8 weight, f32 per-output-channel weight_scale,
+    float input/result, input_scale > 0, input_zero_point in [-128, 127]."""
+    x, w, s, y = _info(op.input, "input"), _info(op.weight, "weight"), _info(op.weight_scale, "weight_scale"), _info(op.result, "result")
+    if w.dtype != "si8":
+        raise VerifyError(f"weight must be si8, got {w.dtype}")
+    if x.dtype not in FLOAT_DTYPES or y.dtype != x.dtype:
+        raise VerifyError(f"input and result must have the same float dtype, got {x.dtype} and {y.dtype}")
+    if s.rank != 1 or s.dtype != "f32":
+        raise VerifyError(f"weight_scale must be a rank-1 f32 tensor, got rank {s.rank} {s.dtype}")
+    _check_dim(s.shape[0], w.shape[0], "weight_scale size must equal weight dim 0 (output channels)")
+    if ir.FloatAttr(op.attributes["input_scale"]).value <= 0:
+        raise VerifyError("input_scale must be > 0")
+    zero_point = ir.IntegerAttr(op.attributes["input_zero_point"]).value
+    if not -128 <= zero_point <= 127:
+        raise VerifyError(f"input_zero_point must be in [-128, 127], got {zero_point}")
+    if op.bias is not None:
+        b = _info(op.bias, "bias")
+        if b.rank != 1 or b.dtype != x.dtype:
+            raise VerifyError(f"bias must be a rank-1 {x.dtype} tensor, got rank {b.rank} {b.dtype}")
+        _check_dim(b.shape[0], w.shape[0], "bias size must equal output channels")
+    return x, w, y
+
+
+class QLinearOp(Cuvil.Operation, name="qlinear", traits=[ext.Pure]):
+    """Static int8 linear: ``y = act(dequant(quant(x)) · dequant(W)ᵀ + b)`` computed as an
+    integer matmul with int32 accumulation.
+
+    ``input`` (float ``[..., K]``) is quantized per tensor, affine: ``q = clamp(round(x /
+    input_scale) + input_zero_point, -128, 127)``. ``weight`` is si8 ``[N, K]``, symmetric per
+    output channel with ``weight_scale`` (f32 ``[N]``). ``bias`` (float ``[N]``) and
+    ``activation`` (as ``cuvil.linear``, gated ones included) apply in float; the result has
+    the input's dtype.
+
+        %y = "cuvil.qlinear"(%x, %wq, %ws, %b) {activation = "none", input_scale = 0.02 : f64,
+               input_zero_point = -3 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1>}
+             : (!torch.vtensor<[8,64],f32>, !torch.vtensor<[32,64],si8>, !torch.vtensor<[32],f32>,
+                !torch.vtensor<[32],f32>) -> !torch.vtensor<[8,32],f32>
+    """
+
+    result: Result[Any]
+    input: Operand[Any]
+    weight: Operand[Any]
+    weight_scale: Operand[Any]
+    input_scale: ir.FloatAttr
+    input_zero_point: ir.IntegerAttr
+    activation: ir.StringAttr
+    bias: Operand[Any] | None = None
+
+    def _check(op):
+        activation = _str_attr(op, "activation")
+        _check_choice(activation, ACTIVATIONS + tuple(GATED_ACTIVATIONS), "activation")
+        x, w, y = _check_quantized(op)
+        if w.rank != 2 or x.rank < 1 or y.rank != x.rank:
+            raise VerifyError(f"expected input [..., K], weight [N, K], result [..., N]; got ranks {x.rank}, {w.rank}, {y.rank}")
+        _check_dim(x.shape[-1], w.shape[1], "input's last dim must equal weight's dim 1 (in features)")
+        out = w.shape[0] // 2 if activation in GATED_ACTIVATIONS and w.shape[0] >= 0 else w.shape[0]
+        _check_dim(y.shape[-1], out, "result's last dim must equal the out features")
+
+    verify_invariants = _verified(_check)
+
+
+class QConv2dOp(Cuvil.Operation, name="qconv2d", traits=[ext.Pure]):
+    """Static int8 2-D convolution (NCHW, weight OIHW si8), quantized like ``cuvil.qlinear``
+    (per-tensor affine input, per-output-channel symmetric weight, int32 accumulation);
+    ``stride``, ``padding``, ``dilation``, ``groups``, ``activation`` as ``cuvil.conv2d``.
+
+        %y = "cuvil.qconv2d"(%x, %wq, %ws) {activation = "relu", dilation = array<i64: 1, 1>,
+               groups = 1 : i64, input_scale = 0.05 : f64, input_zero_point = 0 : i64,
+               padding = array<i64: 1, 1>, stride = array<i64: 1, 1>, operandSegmentSizes = array<i32: 1, 1, 1, 0>}
+             : (!torch.vtensor<[1,3,8,8],f32>, !torch.vtensor<[8,3,3,3],si8>, !torch.vtensor<[8],f32>)
+             -> !torch.vtensor<[1,8,8,8],f32>
+    """
+
+    result: Result[Any]
+    input: Operand[Any]
+    weight: Operand[Any]
+    weight_scale: Operand[Any]
+    stride: Any  # DenseI64ArrayAttr (checked by the verifier)
+    padding: Any  # DenseI64ArrayAttr (checked by the verifier)
+    dilation: Any  # DenseI64ArrayAttr (checked by the verifier)
+    groups: ir.IntegerAttr
+    input_scale: ir.FloatAttr
+    input_zero_point: ir.IntegerAttr
+    activation: ir.StringAttr
+    bias: Operand[Any] | None = None
+
+    def _check(op):
+        _check_choice(_str_attr(op, "activation"), ACTIVATIONS, "activation")
+        x, w, y = _check_quantized(op)
+        for v, what in ((x, "input"), (w, "weight"), (y, "result")):
+            if v.rank != 4:
+                raise VerifyError(f"{what} must have rank 4, got rank {v.rank}")
+        for name in ("stride", "padding", "dilation"):
+            if len(list(ir.DenseI64ArrayAttr(op.attributes[name]))) != 2:
+                raise VerifyError(f"{name} must have 2 elements")
+        groups = ir.IntegerAttr(op.attributes["groups"]).value
+        if groups < 1 or (x.shape[1] >= 0 and w.shape[1] >= 0 and x.shape[1] != w.shape[1] * groups):
+            raise VerifyError(f"input channels ({x.shape[1]}) must equal weight dim 1 ({w.shape[1]}) x groups ({groups})")
+        _check_dim(y.shape[1], w.shape[0], "result channels must equal weight dim 0")
+
+    verify_invariants = _verified(_check)
+
+
+def _quant_attrs(input_scale: float, input_zero_point: int):
+    return ir.FloatAttr.get(ir.F64Type.get(), input_scale), ir.IntegerAttr.get(ir.IntegerType.get_signless(64), input_zero_point)
+
+
+def qlinear(result_type, input, weight, weight_scale, bias=None, *, input_scale: float, input_zero_point: int, activation: str = "none"):
+    op = QLinearOp(result_type, input, weight, weight_scale, *_quant_attrs(input_scale, input_zero_point), ir.StringAttr.get(activation), bias=bias)
+    # ext's builder drops falsy attributes (a zero point of 0 reads as "absent"): set it afterwards.
+    op.attributes["input_zero_point"] = _quant_attrs(input_scale, input_zero_point)[1]
+    return op.result
+
+
+def qconv2d(result_type, input, weight, weight_scale, bias=None, *, input_scale: float, input_zero_point: int,
+            stride, padding, dilation, groups: int, activation: str = "none"):
+    scale, zero_point = _quant_attrs(input_scale, input_zero_point)
+    op = QConv2dOp(
+        result_type, input, weight, weight_scale,
+        ir.DenseI64ArrayAttr.get(list(stride)), ir.DenseI64ArrayAttr.get(list(padding)),
+        ir.DenseI64ArrayAttr.get(list(dilation)), ir.IntegerAttr.get(ir.IntegerType.get_signless(64), groups),
+        scale, zero_point, ir.StringAttr.get(activation), bias=bias,
+    )
+    op.attributes["input_zero_point"] = zero_point
+    return op.result
+
+
+QUANTIZED_OPS = (QLinearOp, QConv2dOp)

@@ -91,13 +91,13 @@ class _LogitsOnly(nn.Module):
         return self.model(input_ids=input_ids, use_cache=False).logits
 
 
-def gpt2(layers=2, d_model=64, heads=4, vocab=256, seq=16, batch=1):
+def gpt2(layers=2, d_model=64, heads=4, vocab=256, seq=16, batch=1, attn="sdpa"):
     """A Hugging Face GPT-2 built from a config with random weights."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     config = GPT2Config(n_layer=layers, n_embd=d_model, n_head=heads, vocab_size=vocab, n_positions=max(64, seq),
-                        attn_implementation="sdpa", bos_token_id=0, eos_token_id=0)
+                        attn_implementation=attn, bos_token_id=0, eos_token_id=0)
     model = _LogitsOnly(GPT2LMHeadModel(config)).eval()
     return model, (torch.randint(0, vocab, (batch, seq)),)
 
@@ -111,25 +111,33 @@ class _HiddenStates(nn.Module):
         return self.model(input_ids=input_ids).last_hidden_state
 
 
-def bert(layers=2, d_model=64, heads=4, vocab=256, seq=16, batch=1):
+def bert(layers=2, d_model=64, heads=4, vocab=256, seq=16, batch=1, attn="sdpa"):
     """A Hugging Face BERT encoder from a config (non-persistent position-id buffers)."""
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
     config = BertConfig(num_hidden_layers=layers, hidden_size=d_model, num_attention_heads=heads,
-                        intermediate_size=4 * d_model, vocab_size=vocab, attn_implementation="sdpa")
+                        intermediate_size=4 * d_model, vocab_size=vocab, attn_implementation=attn)
     return _HiddenStates(BertModel(config)).eval(), (torch.randint(0, vocab, (batch, seq)),)
 
 
-def llama(layers=2, d_model=64, heads=4, kv_heads=2, vocab=256, seq=16, batch=1):
+def llama(layers=2, d_model=64, heads=4, kv_heads=2, vocab=256, seq=16, batch=1, attn="sdpa"):
     """A Hugging Face Llama from a config: RMSNorm, rotary embeddings, grouped KV heads, SwiGLU."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(num_hidden_layers=layers, hidden_size=d_model, num_attention_heads=heads,
                          num_key_value_heads=kv_heads, intermediate_size=4 * d_model, vocab_size=vocab,
-                         attn_implementation="sdpa", bos_token_id=0, eos_token_id=0)
+                         attn_implementation=attn, bos_token_id=0, eos_token_id=0)
     return _LogitsOnly(LlamaForCausalLM(config)).eval(), (torch.randint(0, vocab, (batch, seq)),)
 
 
 E2E_MODELS = {"mlp": mlp, "cnn": small_cnn, "transformer": transformer_block, "gpt2": gpt2, "bert": bert, "llama": llama}
+
+# The Hugging Face models as they run with attn_implementation="eager": attention written out
+# by hand (matmul, scale, mask, softmax, matmul), which fuse-attention recognizes.
+EAGER_ATTENTION_MODELS = {
+    "gpt2-eager": lambda **kw: gpt2(attn="eager", **kw),
+    "bert-eager": lambda **kw: bert(attn="eager", **kw),
+    "llama-eager": lambda **kw: llama(attn="eager", **kw),
+}

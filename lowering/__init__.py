@@ -7,11 +7,13 @@ from . import (
     fuse_attention, fuse_conv_bn, fuse_gated_ffn, fuse_horizontal, fuse_linear_epilogue, fuse_norms,
     lower_cuvil_to_torch, raise_torch_to_cuvil, verify_no_cuvil,
 )
+from . import quantize_static, quantize_weights, raise_pt2e_quant
 
 # In the order `cuvil passes` lists them: raise, fuse, precision/quantize, lower, verify.
 BUILTIN_PASSES = tuple(m.PASS for m in (
-    raise_torch_to_cuvil,
+    raise_torch_to_cuvil, raise_pt2e_quant,
     fuse_conv_bn, fuse_norms, fuse_attention, fuse_linear_epilogue, fuse_gated_ffn, fuse_horizontal,
+    quantize_weights, quantize_static,
     lower_cuvil_to_torch,
     verify_no_cuvil,
 ))

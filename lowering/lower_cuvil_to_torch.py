@@ -16,7 +16,7 @@ from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.ir import ir
 from cuvil_mlir.passes import ConfigurablePass
 from cuvil_mlir.patterns import (
-    PatternSet, build, info, torch_bool, torch_float, torch_int, torch_int_list, torch_none, torch_str, vtensor_type,
+    PatternSet, build, info, torch_bool, transpose_2d, torch_float, torch_int, torch_int_list, torch_none, torch_str, vtensor_type,
 )
 
 NAME = "lower-cuvil-to-torch"
@@ -38,9 +38,23 @@ def _activation(x, activation: str):
 
 
 def linear(op, rewriter):
-    """cuvil.linear(x, w, b) {activation} -> activation(aten.linear(x, w, b))"""
+    """cuvil.linear(x, w, b) {activation} -> activation(aten.linear(x, w, b));  gated: act(y[..., :F]) * y[..., F:]"""
+    activation = cuvil.activation_of(op)
+    if activation in cuvil.GATED_ACTIVATIONS:
+        return _gated_linear(op, cuvil.GATED_ACTIVATIONS[activation])
     y = build("torch.aten.linear", [op.input, op.weight, _or_none(op.bias)], op.result.type)
-    return _activation(y, cuvil.activation_of(op))
+    return _activation(y, activation)
+
+
+def _gated_linear(op, gate_activation: str):
+    """One aten.linear with 2F out features, then gate_activation(first half) * second half."""
+    t = info(op.result)
+    features, last = info(op.weight).shape[0] // 2, t.rank - 1
+    y = build("torch.aten.linear", [op.input, op.weight, _or_none(op.bias)], vtensor_type([*t.shape[:-1], 2 * features], t.dtype))
+    half = vtensor_type([*t.shape[:-1], features], t.dtype)
+    gate = build("torch.aten.slice.Tensor", [y, torch_int(last), torch_int(0), torch_int(features), torch_int(1)], half)
+    up = build("torch.aten.slice.Tensor", [y, torch_int(last), torch_int(features), torch_int(2 * features), torch_int(1)], half)
+    return build("torch.aten.mul.Tensor", [_activation(gate, gate_activation), up], op.result.type)
 
 
 def conv2d(op, rewriter):
@@ -117,6 +131,89 @@ def _apply_mask(scores, mask, scores_type):
     return build("torch.aten.add.Tensor", [scores, mask, torch_int(1)], scores_type)
 
 
+# ---------------------------------------------------------------------------------------
+# Static int8 (cuvil.qlinear / cuvil.qconv2d): quantize the input to si8, an integer matmul or
+# convolution with int32 accumulation, then one float multiply by input_scale * weight_scale.
+
+_TORCH_DTYPE = {"si8": 1, "si32": 3, "f16": 5, "f32": 6, "f64": 7, "bf16": 15}
+
+
+def _convert(value, dtype: str):
+    return build("torch.prims.convert_element_type", [value, torch_int(_TORCH_DTYPE[dtype])], vtensor_type(info(value).shape, dtype))
+
+
+def _quantize_input(x, scale: float, zero_point: int):
+    """si8 clamp(round(x / scale) + zero_point, -128, 127), computed in x's dtype (as PyTorch's
+    quantize_per_tensor: multiply by 1 / scale)."""
+    t = x.type
+    scaled = build("torch.aten.mul.Scalar", [x, torch_float(1.0 / scale)], t)
+    shifted = build("torch.aten.add.Scalar", [build("torch.aten.round", [scaled], t), torch_int(zero_point), torch_int(1)], t)
+    clamped = build("torch.aten.clamp", [shifted, torch_int(-128), torch_int(127)], t)
+    return _convert(clamped, "si8")
+
+
+def _rescale(acc, op, shape_of_scale):
+    """float(acc) * (input_scale * weight_scale), in f32, then the result's dtype, plus bias."""
+    scale = ir.FloatAttr(op.attributes["input_scale"]).value
+    dtype = info(op.result).dtype
+    channel = build("torch.aten.mul.Scalar", [op.weight_scale, torch_float(scale)], op.weight_scale.type)
+    channel = build("torch.aten.view", [channel, torch_int_list(shape_of_scale)], vtensor_type(shape_of_scale, "f32"))
+    y = build("torch.aten.mul.Tensor", [_convert(acc, "f32") if info(acc).dtype != "f32" else acc, channel], vtensor_type(info(acc).shape, "f32"))
+    y = y if dtype == "f32" else _convert(y, dtype)
+    if op.bias is None:
+        return y
+    bias = build("torch.aten.view", [op.bias, torch_int_list(shape_of_scale)], vtensor_type(shape_of_scale, dtype))
+    return build("torch.aten.add.Tensor", [y, bias, torch_int(1)], y.type)
+
+
+def qlinear(op, rewriter):
+    """cuvil.qlinear(x, Wq, ws, b) -> act((_int_mm(quant(x), Wqᵀ) - zp·Σₖ Wq) · sx·ws + b)"""
+    x, w = info(op.input), info(op.weight)
+    n, k = w.shape
+    zero_point = ir.IntegerAttr(op.attributes["input_zero_point"]).value
+    rows = [-1, k]
+    q = _quantize_input(op.input, ir.FloatAttr(op.attributes["input_scale"]).value, zero_point)
+    q = build("torch.aten.view", [q, torch_int_list(rows)], vtensor_type([_rows(x), k], "si8")) if x.rank != 2 else q
+    acc = build("torch.aten._int_mm", [q, transpose_2d(op.weight)], vtensor_type([_rows(x), n], "si32"))
+    acc = _convert(acc, "f32")
+    if zero_point:  # sum_k (q - zp) w = sum_k q w - zp * sum_k w
+        wsum = build("torch.aten.sum.dim_IntList", [_convert(op.weight, "si32"), torch_int_list([1]), torch_bool(False), torch_none()], vtensor_type([n], "si32"))
+        correction = build("torch.aten.mul.Scalar", [_convert(wsum, "f32"), torch_int(zero_point)], vtensor_type([n], "f32"))
+        acc = build("torch.aten.sub.Tensor", [acc, correction, torch_int(1)], acc.type)
+    y = _rescale(acc, op, [1, n])
+    full = vtensor_type([*x.shape[:-1], n], info(op.result).dtype)
+    if x.rank != 2:
+        y = build("torch.aten.view", [y, torch_int_list([d if d >= 0 else -1 for d in x.shape[:-1]] + [n])], full)
+    activation = cuvil.activation_of(op)
+    if activation not in cuvil.GATED_ACTIVATIONS:
+        return _activation(y, activation)
+    half, last = n // 2, x.rank - 1
+    half_type = op.result.type
+    gate = build("torch.aten.slice.Tensor", [y, torch_int(last), torch_int(0), torch_int(half), torch_int(1)], half_type)
+    up = build("torch.aten.slice.Tensor", [y, torch_int(last), torch_int(half), torch_int(n), torch_int(1)], half_type)
+    return build("torch.aten.mul.Tensor", [_activation(gate, cuvil.GATED_ACTIVATIONS[activation]), up], op.result.type)
+
+
+def _rows(x) -> int:
+    """Rows of x flattened to [rows, K] (-1 when a leading dim is dynamic)."""
+    lead = x.shape[:-1]
+    return -1 if any(d < 0 for d in lead) else int(np.prod(lead, dtype=np.int64))
+
+
+def qconv2d(op, rewriter):
+    """cuvil.qconv2d(x, Wq, ws, b) -> act(convolution_i32(quant(x) - zp, Wq) · sx·ws + b)"""
+    zero_point = ir.IntegerAttr(op.attributes["input_zero_point"]).value
+    q = _convert(_quantize_input(op.input, ir.FloatAttr(op.attributes["input_scale"]).value, zero_point), "si32")
+    if zero_point:  # subtract before the convolution: its zero padding then stands for a real 0
+        q = build("torch.aten.sub.Scalar", [q, torch_int(zero_point), torch_int(1)], q.type)
+    lists = [torch_int_list(list(ir.DenseI64ArrayAttr(op.attributes[n]))) for n in ("stride", "padding", "dilation")]
+    groups = torch_int(ir.IntegerAttr(op.attributes["groups"]).value)
+    y = info(op.result)
+    operands = [q, _convert(op.weight, "si32"), torch_none(), *lists, torch_bool(False), torch_int_list([0, 0]), groups]
+    acc = build("torch.aten.convolution", operands, vtensor_type(y.shape, "si32"))
+    return _activation(_rescale(acc, op, [1, info(op.weight).shape[0], 1, 1]), cuvil.activation_of(op))
+
+
 def make(attention: str = "sdpa") -> PatternSet:
     patterns = PatternSet(NAME, description="cuvil ops -> torch ops for IREE's torch input")
     patterns.add("cuvil.linear", name="linear")(linear)
@@ -124,6 +221,8 @@ def make(attention: str = "sdpa") -> PatternSet:
     lower_attention = attention_sdpa if attention == "sdpa" else attention_decomposed
     patterns.add("cuvil.attention", name="attention")(lower_attention)
     patterns.add("cuvil.norm", name="norm")(norm)
+    patterns.add("cuvil.qlinear", name="qlinear")(qlinear)
+    patterns.add("cuvil.qconv2d", name="qconv2d")(qconv2d)
     return patterns
 
 

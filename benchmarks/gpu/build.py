@@ -13,7 +13,9 @@ Variants of each case (one .vmfb each):
                         flags of cuda:h200: IREE without any Cuvil code
   cuvil_vulkan_ampere   cuvil_mlir.compile(target="vulkan:ampere")
   cuvil_vulkan          cuvil_mlir.compile(target="vulkan")              (portable; fp32 compute only)
-Every variant is compiled from the fp16 model (``.half()`` on model and float inputs); where fp16 fails
+  cuvil_sm_86           cuvil_mlir.compile(target="cuda:sm_86")           (Ampere PTX, JIT-compiled for sm_90)
+  *_f32                 the same, from the fp32 model only
+Every other variant is compiled from the fp16 model (``.half()`` on model and float inputs); where fp16 fails
 to compile, from the fp32 model, and case.json says so. Inputs and the PyTorch CPU reference outputs
 (from the fp32 model on the same input values) are saved as .npy beside the modules.
 
@@ -73,7 +75,12 @@ VARIANTS = {
     # do not know the SM count; with it, a LayerNorm dispatch of gpt2s-b8 "failed to distribute"
     "cuvil_sm90_td": ("cuvil", "cuda:sm_90{hopper-mode=target-description}"),
     "cuvil_sm_89": ("cuvil", "cuda:sm_89"),
+    "cuvil_sm_86": ("cuvil", "cuda:sm_86"),  # an Ampere build, JIT-compiled by the driver for sm_90
     "plain_h200": ("plain", "cuda:h200"),
+    # fp32 builds (the variants above are fp16 where fp16 compiles)
+    "cuvil_h200_f32": ("cuvil", "cuda:h200"),
+    "cuvil_h200_td_f32": ("cuvil", "cuda:h200{hopper-mode=target-description}"),
+    "plain_h200_f32": ("plain", "cuda:h200"),
     "cuvil_vulkan_ampere": ("cuvil", "vulkan:ampere"),
     "cuvil_vulkan": ("cuvil", "vulkan"),
 }
@@ -235,7 +242,8 @@ def compile_case(name: str, batch: int, variants: list[str], out: Path) -> dict:
     for variant in variants:
         how, spec = VARIANTS[variant]
         info = {"how": how, "target": spec, "driver": spec.split(":")[0].split("{")[0], "attempts": []}
-        for dtype, model, args in (("float16", model16, args16), ("float32", model32, ref_args)):
+        tries = (("float16", model16, args16), ("float32", model32, ref_args))
+        for dtype, model, args in tries[1:] if variant.endswith("_f32") else tries:
             start = time.perf_counter()
             try:
                 vmfb, extra = COMPILERS[how](model, args, spec)

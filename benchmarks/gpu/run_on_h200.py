@@ -35,11 +35,15 @@ SITE = Path(os.environ.get("IREE_SITE", "/tmp/iree-site"))  # the runtime wheel 
 DEVICE = os.environ.get("BENCH_TORCH_DEVICE", "cuda")  # "cpu" only to try this script without a GPU
 ICD_GLOBS = ("/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd*.json", "/usr/share/vulkan/icd.d/nvidia_icd*.json",
              "/etc/vulkan/icd.d/nvidia_icd*.json", "/usr/local/nvidia/**/nvidia_icd*.json")
-BENCH_FLAGS = ["--benchmark_repetitions=10", "--benchmark_min_warmup_time=1", "--device_allocator=caching",
-               "--function=main"]
+# 10 repetitions of >= 0.2 s each (Google Benchmark's default is 0.5 s; 0.2 s is still thousands of
+# calls of these models) after 1 s of warm-up: ~3 s a module, so one device call measures them all
+BENCH_FLAGS = ["--benchmark_repetitions=10", "--benchmark_min_warmup_time=1", "--benchmark_min_time=0.2s",
+               "--device_allocator=caching", "--function=main"]
 CHECK_TIMEOUT_S = 180
 BENCH_TIMEOUT_S = 120
 TORCH_REPS = 200
+# which models torch also runs in fp32 (each torch.compile costs seconds of device time): "all" or names
+TORCH_FP32 = lambda model: os.environ.get("TORCH_FP32", "all") == "all" or model in os.environ["TORCH_FP32"].split(",")  # noqa: E731
 TORCH_WARMUP = 25
 
 
@@ -274,9 +278,21 @@ def torch_case(case_dir: Path, case: dict) -> dict:
     same = all(abs(a - b) <= 1e-6 * max(abs(b), 1.0) for a, b in zip(checksum, ref_cs))
     out["same_weights_as_reference"] = same
     out["param_checksum"] = checksum
-    model = model.half().to(DEVICE).eval()
-    inputs = [torch.from_numpy(np.load(case_dir / f)).to(DEVICE) for f in case["inputs"]["float16"]]
     refs = [np.load(case_dir / f) for f in case["refs"]]
+    out.update(torch_modes(model.half().to(DEVICE).eval(), case_dir, case["inputs"]["float16"], refs, same))
+    # fp32 too where the case has fp32 modules (its *_f32 variants)
+    if any(v.endswith("_f32") for v in case["variants"]) and TORCH_FP32(case["model"]):
+        model32, _ = gpu_models.build(case["builder"], case["kwargs"])
+        out["float32"] = torch_modes(model32.float().to(DEVICE).eval(), case_dir, case["inputs"]["float32"], refs, same)
+    return out
+
+
+def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool) -> dict:
+    """eager, torch.compile default and reduce-overhead of one model (one dtype) on DEVICE."""
+    import torch
+
+    out = {}
+    inputs = [torch.from_numpy(np.load(case_dir / f)).to(DEVICE) for f in input_files]
 
     def eager():
         return model(*inputs)
@@ -310,7 +326,7 @@ def torch_case(case_dir: Path, case: dict) -> dict:
             res = {"status": f"failed: {type(e).__name__}: {short(e, 400)}"}
             traceback.print_exc()
         out[mode] = res
-        log(f"    torch {mode}: {res.get('status')} {res.get('median_ms', '')}")
+        log(f"    torch {mode} {inputs[0].dtype}: {res.get('status')} {res.get('median_ms', '')}")
     return out
 
 

@@ -15,6 +15,16 @@ func.func @linear_with_bias(%x: !torch.vtensor<[8,64],f32>, %w: !torch.vtensor<[
 
 // -----
 
+// A gated activation: the result has half of the weight's out features.
+// CHECK-LABEL: func.func @linear_gated
+// CHECK:         "cuvil.linear"(%arg0, %arg1, %arg2) {activation = "swiglu", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[?,64],f32>, !torch.vtensor<[256,64],f32>, !torch.vtensor<[256],f32>) -> !torch.vtensor<[?,128],f32>
+func.func @linear_gated(%x: !torch.vtensor<[?,64],f32>, %w: !torch.vtensor<[256,64],f32>, %b: !torch.vtensor<[256],f32>) -> !torch.vtensor<[?,128],f32> {
+  %0 = "cuvil.linear"(%x, %w, %b) {activation = "swiglu", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[?,64],f32>, !torch.vtensor<[256,64],f32>, !torch.vtensor<[256],f32>) -> !torch.vtensor<[?,128],f32>
+  return %0 : !torch.vtensor<[?,128],f32>
+}
+
+// -----
+
 // Every activation, no bias, a dynamic batch dim and a 3-D input.
 // CHECK-LABEL: func.func @linear_activations
 // CHECK:         "cuvil.linear"(%arg0, %arg1) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[?,5,4],f32>, !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[?,5,3],f32>
@@ -73,7 +83,7 @@ func.func @norm(%x: !torch.vtensor<[1,128,768],f32>, %g: !torch.vtensor<[768],f3
 // -----
 
 func.func @bad_activation(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,3],f32> {
-  // ERR: // error: {{.*}}cuvil.mlir:[[# @LINE + 1]]:8: 'cuvil.linear' op activation must be one of none, relu, gelu, gelu_tanh, silu, sigmoid; got 'tanh'
+  // ERR: // error: {{.*}}cuvil.mlir:[[# @LINE + 1]]:8: 'cuvil.linear' op activation must be one of none, relu, gelu, gelu_tanh, silu, sigmoid, swiglu, geglu, geglu_tanh, reglu; got 'tanh'
   %0 = "cuvil.linear"(%x, %w) {activation = "tanh", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,3],f32>
   return %0 : !torch.vtensor<[2,3],f32>
 }
@@ -100,6 +110,22 @@ func.func @linear_bias_size(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3
   // ERR: // error: {{.*}}cuvil.mlir:[[# @LINE + 1]]:8: 'cuvil.linear' op bias size must equal out features: expected 3, got 4
   %0 = "cuvil.linear"(%x, %w, %b) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[4],f32>) -> !torch.vtensor<[2,3],f32>
   return %0 : !torch.vtensor<[2,3],f32>
+}
+
+// -----
+
+func.func @linear_gated_full_width(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[6,4],f32>) -> !torch.vtensor<[2,6],f32> {
+  // ERR: // error: {{.*}}cuvil.mlir:[[# @LINE + 1]]:8: 'cuvil.linear' op gated activation 'geglu': result's last dim must be half of weight's dim 0: expected 3, got 6
+  %0 = "cuvil.linear"(%x, %w) {activation = "geglu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[6,4],f32>) -> !torch.vtensor<[2,6],f32>
+  return %0 : !torch.vtensor<[2,6],f32>
+}
+
+// -----
+
+func.func @linear_gated_odd_width(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[5,4],f32>) -> !torch.vtensor<[2,2],f32> {
+  // ERR: // error: {{.*}}cuvil.mlir:[[# @LINE + 1]]:8: 'cuvil.linear' op gated activation 'swiglu' needs a static, even weight dim 0 (2 x out features), got 5
+  %0 = "cuvil.linear"(%x, %w) {activation = "swiglu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[5,4],f32>) -> !torch.vtensor<[2,2],f32>
+  return %0 : !torch.vtensor<[2,2],f32>
 }
 
 // -----

@@ -73,6 +73,39 @@ func.func @linear_sigmoid(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4
   return %0 : !torch.vtensor<[2,3],f32>
 }
 
+// -----
+
+// Gated activations: one aten.linear with 2F out features, the two halves along the last dim,
+// the gate's activation on the first half, times the second.
+// CHECK-LABEL: func.func @linear_swiglu
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[?,5,4],f32>, %[[W:[a-z0-9]+]]: !torch.vtensor<[6,4],f32>, %[[B:[a-z0-9]+]]: !torch.vtensor<[6],f32>)
+// CHECK-DAG:     %[[I0:.+]] = torch.constant.int 0
+// CHECK-DAG:     %[[I1:.+]] = torch.constant.int 1
+// CHECK-DAG:     %[[I2:.+]] = torch.constant.int 2
+// CHECK-DAG:     %[[I3:.+]] = torch.constant.int 3
+// CHECK-DAG:     %[[I6:.+]] = torch.constant.int 6
+// CHECK:         %[[Y:[0-9]+]] = torch.aten.linear %[[X]], %[[W]], %[[B]] : {{.*}} -> !torch.vtensor<[?,5,6],f32>
+// CHECK-NEXT:    %[[G:[0-9]+]] = torch.aten.slice.Tensor %[[Y]], %[[I2]], %[[I0]], %[[I3]], %[[I1]] : {{.*}} -> !torch.vtensor<[?,5,3],f32>
+// CHECK-NEXT:    %[[U:[0-9]+]] = torch.aten.slice.Tensor %[[Y]], %[[I2]], %[[I3]], %[[I6]], %[[I1]] : {{.*}} -> !torch.vtensor<[?,5,3],f32>
+// CHECK-NEXT:    %[[A:[0-9]+]] = torch.aten.silu %[[G]] : !torch.vtensor<[?,5,3],f32> -> !torch.vtensor<[?,5,3],f32>
+// CHECK-NEXT:    %[[R:[0-9]+]] = torch.aten.mul.Tensor %[[A]], %[[U]] : {{.*}} -> !torch.vtensor<[?,5,3],f32>
+// CHECK-NEXT:    return %[[R]]
+// CHECK-LABEL: func.func @linear_geglu_tanh
+// CHECK:         %[[S:.+]] = torch.constant.str "tanh"
+// CHECK:         %[[Y:[0-9]+]] = torch.aten.linear {{.*}} -> !torch.vtensor<[2,6],f32>
+// CHECK:         %[[G:[0-9]+]] = torch.aten.slice.Tensor %[[Y]]
+// CHECK:         %[[A:[0-9]+]] = torch.aten.gelu %[[G]], %[[S]]
+// CHECK:         torch.aten.mul.Tensor %[[A]]
+// CHECK-NOT:     cuvil.
+func.func @linear_swiglu(%x: !torch.vtensor<[?,5,4],f32>, %w: !torch.vtensor<[6,4],f32>, %b: !torch.vtensor<[6],f32>) -> !torch.vtensor<[?,5,3],f32> {
+  %0 = "cuvil.linear"(%x, %w, %b) {activation = "swiglu", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[?,5,4],f32>, !torch.vtensor<[6,4],f32>, !torch.vtensor<[6],f32>) -> !torch.vtensor<[?,5,3],f32>
+  return %0 : !torch.vtensor<[?,5,3],f32>
+}
+func.func @linear_geglu_tanh(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[6,4],f32>) -> !torch.vtensor<[2,3],f32> {
+  %0 = "cuvil.linear"(%x, %w) {activation = "geglu_tanh", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[6,4],f32>) -> !torch.vtensor<[2,3],f32>
+  return %0 : !torch.vtensor<[2,3],f32>
+}
+
 // ===== cuvil.conv2d: aten.convolution (not transposed, output_padding [0, 0]), then the activation =====
 
 // -----
