@@ -505,7 +505,7 @@ class _Checker:
         run_after = Session(vmfb_after, driver)
         run_before = Session(vmfb_before, driver) if vmfb_before is not None else None
         sets = _input_sets(args, np.random.default_rng(10_000 + seed))
-        example_rtol = getattr(example, "rtol", None)  # a lossy rewrite's declared error (e.g. quantization)
+        example_rtol = example.rtol  # a lossy rewrite's declared error (e.g. quantization)
         worst = None  # (failed, rel err, set name, errors, inputs, reference outputs, got)
         eager_worst = None
         informative = 0  # input sets on which the reference itself is accurate enough to judge by

@@ -52,12 +52,14 @@ class Example:
     ``build(rng)`` takes a ``numpy.random.Generator`` and returns ``(program, args)``: a torch
     callable or ``nn.Module`` and example tensors, with shapes drawn from ``rng`` (edge sizes
     included). With ``matches=True`` the pattern must fire on the imported program and leave
-    its numerics unchanged; with ``matches=False`` (a near miss) it must leave the IR untouched."""
+    its numerics unchanged; with ``matches=False`` (a near miss) it must leave the IR untouched.
+    A lossy rewrite (quantization, demotion) declares ``rtol``, the relative error it may add."""
 
     pattern: str
     build: Callable
     matches: bool = True
     name: str = ""
+    rtol: float | None = None
 
 
 @dataclass
@@ -69,13 +71,14 @@ class PatternSet:
     description: str = ""
     examples: list[Example] = field(default_factory=list)
 
-    def example(self, pattern: str, *, matches: bool = True):
+    def example(self, pattern: str, *, matches: bool = True, rtol: float | None = None):
         """Decorator: register ``build(rng) -> (program, args)`` as an example of ``pattern``
-        (``matches=False``: a near miss it must not rewrite). Every built-in pattern has at
-        least one matching example; the checker runs them all in CI."""
+        (``matches=False``: a near miss it must not rewrite; ``rtol``: the error a lossy rewrite
+        may add). Every built-in pattern has at least one matching example; the checker runs
+        them all in CI."""
 
         def decorate(build: Callable) -> Callable:
-            self.examples.append(Example(pattern, build, matches, build.__name__))
+            self.examples.append(Example(pattern, build, matches, build.__name__, rtol))
             return build
 
         return decorate

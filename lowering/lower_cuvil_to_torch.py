@@ -215,7 +215,7 @@ def qconv2d(op, rewriter):
 
 
 def make(attention: str = "sdpa") -> PatternSet:
-    patterns = PatternSet(NAME, description="cuvil ops -> torch ops for IREE's torch input")
+    patterns = PatternSet(NAME, description="cuvil ops -> torch ops for IREE's torch input", examples=EXAMPLES)
     patterns.add("cuvil.linear", name="linear")(linear)
     patterns.add("cuvil.conv2d", name="conv2d")(conv2d)
     lower_attention = attention_sdpa if attention == "sdpa" else attention_decomposed
@@ -224,6 +224,83 @@ def make(attention: str = "sdpa") -> PatternSet:
     patterns.add("cuvil.qlinear", name="qlinear")(qlinear)
     patterns.add("cuvil.qconv2d", name="qconv2d")(qconv2d)
     return patterns
+
+
+# ---------------------------------------------------------------------------------------
+# Examples for the differential checker: torch programs that reach this pass as the Cuvil op
+# (checked against PyTorch, since the lowering is what makes the Cuvil op runnable). Shared
+# by every configuration of the pass.
+
+EXAMPLES: list = []
+_examples = PatternSet(NAME, examples=EXAMPLES)
+
+
+def _dim(rng, low: int, high: int) -> int:
+    """A size in [low, high], the edges drawn as often as the inside."""
+    pick = int(rng.integers(0, 4))
+    return low if pick == 0 else high if pick == 1 else int(rng.integers(low, high + 1))
+
+
+@_examples.example("linear")
+def _linear_with_epilogue(rng):
+    import torch
+
+    d_in, d_out = _dim(rng, 1, 48), _dim(rng, 1, 40)
+    act = [torch.nn.Identity(), torch.nn.ReLU(), torch.nn.GELU(), torch.nn.SiLU()][int(rng.integers(0, 4))]
+    model = torch.nn.Sequential(torch.nn.Linear(d_in, d_out, bias=bool(rng.integers(0, 2))), act).eval()
+    return model, (torch.randn(_dim(rng, 1, 3), _dim(rng, 1, 7), d_in) * float(rng.choice([1e-3, 1.0, 30.0])),)
+
+
+@_examples.example("conv2d")
+def _conv2d(rng):
+    import torch
+
+    groups = int(rng.choice([1, 2]))
+    c_in, c_out = groups * _dim(rng, 1, 4), groups * _dim(rng, 1, 4)
+    k = int(rng.choice([1, 3]))
+    conv = torch.nn.Conv2d(c_in, c_out, k, stride=int(rng.choice([1, 2])), padding=k // 2, groups=groups)
+    model = torch.nn.Sequential(conv, torch.nn.ReLU()).eval()
+    return model, (torch.randn(1, c_in, _dim(rng, 3, 9), _dim(rng, 3, 9)),)
+
+
+@_examples.example("attention")
+def _attention(rng):
+    import torch
+
+    heads, length, source, d = _dim(rng, 1, 4), _dim(rng, 1, 9), _dim(rng, 1, 9), int(rng.choice([8, 16]))
+    causal = bool(rng.integers(0, 2)) and length == source
+    q = torch.randn(2, heads, length, d)
+    k, v = torch.randn(2, heads, source, d), torch.randn(2, heads, source, d)
+    return (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)), (q, k, v)
+
+
+@_examples.example("norm")
+def _norm(rng):
+    import torch
+
+    width = _dim(rng, 1, 64)
+    norm = torch.nn.LayerNorm(width) if rng.integers(0, 2) else torch.nn.RMSNorm(width, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.normal_()
+    return norm.eval(), (torch.randn(_dim(rng, 1, 4), _dim(rng, 1, 6), width) * float(rng.choice([1e-2, 1.0, 50.0])),)
+
+
+# The integer ops come from PT2E-quantized programs (raise-pt2e-quant); the reference is their
+# fake quantization, which rounds the same values, so the float tolerance holds.
+
+
+@_examples.example("qlinear")
+def _pt2e_linear(rng):
+    from .raise_pt2e_quant import _pt2e_module
+
+    return _pt2e_module("linear", rng)
+
+
+@_examples.example("qconv2d")
+def _pt2e_conv2d(rng):
+    from .raise_pt2e_quant import _pt2e_module
+
+    return _pt2e_module("conv2d", rng)
 
 
 PASS = ConfigurablePass(NAME, make, {"attention": ATTENTION_LOWERINGS}, "cuvil ops -> torch ops for IREE's torch input")

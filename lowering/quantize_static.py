@@ -198,12 +198,7 @@ PASS = patterns
 
 
 def _lossy(pattern: str, rtol: float, *, matches: bool = True):
-    def decorate(build):
-        patterns.example(pattern, matches=matches)(build)
-        patterns.examples[-1].rtol = rtol  # read by cuvil_mlir/pattern_check.py
-        return build
-
-    return decorate
+    return patterns.example(pattern, matches=matches, rtol=rtol)
 
 
 @_lossy("static_linear", 0.05)

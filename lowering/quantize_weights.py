@@ -183,13 +183,7 @@ _examples = PatternSet(NAME, examples=EXAMPLES)
 def _lossy(pattern: str, rtol: float, *, matches: bool = True):
     """Register an example with the error the checker allows (quantization is lossy by
     design; relative to the largest output: int8 ~1e-2, int4 ~1e-1 on random weights)."""
-
-    def decorate(build):
-        _examples.example(pattern, matches=matches)(build)
-        EXAMPLES[-1].rtol = rtol  # read by cuvil_mlir/pattern_check.py
-        return build
-
-    return decorate
+    return _examples.example(pattern, matches=matches, rtol=rtol)
 
 
 @_lossy("quantize_linear", 0.05)

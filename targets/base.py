@@ -14,7 +14,8 @@ FUSION_PASSES: tuple[str, ...] = (
     "fuse-conv-bn", "fuse-norms", "fuse-attention", "fuse-linear-epilogue", "fuse-gated-ffn", "fuse-horizontal",
 )
 DEFAULT_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("cuvil", ("raise-torch-to-cuvil",)),
+    # raise-pt2e-quant reads the cuvil.linear/conv2d raise made of a PT2E-quantized op
+    ("cuvil", ("raise-torch-to-cuvil", "raise-pt2e-quant")),
     ("fused", FUSION_PASSES),
     ("precision", ()),
     ("lowered", ("lower-cuvil-to-torch{attention=sdpa}", "verify-no-cuvil")),

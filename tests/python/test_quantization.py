@@ -220,7 +220,7 @@ def _pt2e_mlp():
 
 def test_pt2e_quantized_model_runs_as_qlinear():
     model, (x,) = _pt2e_mlp()
-    compiled = cuvil_mlir.compile(model, (x,), patterns=[raise_pt2e_quant.patterns])
+    compiled = cuvil_mlir.compile(model, (x,))
     assert compiled.patterns_fired["raise-pt2e-quant"] == {"pt2e_linear": 1}
     assert compiled.patterns_fired["lower-cuvil-to-torch"]["qlinear"] == 1
     assert _rel(compiled(x), model(x)) < 1e-5  # the same integer arithmetic as the fake quantization
@@ -241,7 +241,7 @@ def test_torchao_pt2e_flow_is_recognized():
     for _ in range(4):
         prepared(torch.randn(4, 32))
     quantized = convert_pt2e(prepared)
-    compiled = cuvil_mlir.compile(torch.export.export(quantized, (x,)), (x,), patterns=[raise_pt2e_quant.patterns])
+    compiled = cuvil_mlir.compile(torch.export.export(quantized, (x,)), (x,))
     assert compiled.patterns_fired["raise-pt2e-quant"] == {"pt2e_linear": 2}
     assert _rel(compiled(x), quantized(x)) < 1e-5
     assert _rel(compiled(x), model(x)) < BUDGETS["int8"]
