@@ -451,6 +451,8 @@ def _inspect(args, parser) -> int:
         print(f"    iree flags: {' '.join(m.iree_flags) or '(none)'}")
     first = f" (for {modules[0].target})" if len(modules) > 1 else ""
     print(f"patterns:    {_describe_fired(meta.get('patterns_fired', {}))}{first}")
+    for line in _describe_sites(meta.get("pattern_sites", {})):
+        print(f"  {line}")
     seconds = meta.get("compile_seconds", {})
     if seconds:
         print(f"seconds:     {sum(seconds.values()):.2f} ({', '.join(f'{k} {v:.2f}' for k, v in seconds.items())})")
@@ -859,6 +861,18 @@ def _describe_fired(fired: dict) -> str:
         items = ", ".join(f"{p} x{n}" for p, n in sorted(counts.items()))
         parts.append(f"{pass_name}: {items}")
     return "; ".join(parts) if parts else "none fired"
+
+
+def _describe_sites(sites: dict, limit: int = 6) -> list[str]:
+    """One line per pattern: where it fired (module paths, most frequent first)."""
+    lines = []
+    for pass_name, patterns in sites.items():
+        for pattern, where in sorted(patterns.items()):
+            ranked = sorted(where.items(), key=lambda kv: (-kv[1], kv[0]))
+            shown = ", ".join(f"{path or '(forward)'} x{n}" for path, n in ranked[:limit])
+            more = f", ... {len(ranked) - limit} more" if len(ranked) > limit else ""
+            lines.append(f"{pass_name}/{pattern} at {shown}{more}")
+    return lines
 
 
 def _size(n: int) -> str:

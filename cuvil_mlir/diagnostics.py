@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class CuvilError(Exception):
     """Base class of every error cuvil-mlir raises on purpose (CLI prints it as one line)."""
@@ -46,8 +48,25 @@ class RuntimeFailure(CuvilError):
 
 
 def location_text(loc) -> str:
-    """A short source location for messages (``file:line:col`` or the op's loc as printed)."""
+    """A short source location for messages: ``module.path (file:line:col)``, ``file:line:col``
+    or the op's loc as printed."""
     text = str(loc)
     if text.startswith("loc(") and text.endswith(")"):
         text = text[4:-1]
+    named = _NAMED.match(text)
+    if named:  # "path"(child): the importer's module path around torch-mlir's location
+        path, child = named.group(1), named.group(2)
+        return path if child in (None, "", "unknown") else f"{path} ({child})"
     return text
+
+
+_NAMED = re.compile(r'^"([^"]*)"(?:\((.*)\))?$')
+
+
+def module_path(loc) -> str:
+    """The nn.Module path the importer named ``loc`` after (``layers.0.attn``), or ""."""
+    text = str(loc)
+    if text.startswith("loc(") and text.endswith(")"):
+        text = text[4:-1]
+    named = _NAMED.match(text)
+    return named.group(1) if named else ""

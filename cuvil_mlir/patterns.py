@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from cuvil_mlir.diagnostics import location_text
+from cuvil_mlir.diagnostics import location_text, module_path
 from cuvil_mlir.ir import elements_array, elements_attr, ir, rewrite
 from cuvil_mlir.tensor_types import TensorInfo, tensor_info, vtensor_type_text
 
@@ -109,9 +109,10 @@ class PatternSet:
         kept = [p for p in self.patterns if p.name not in pattern_names]
         return PatternSet(self.name, kept, self.description, self.examples)
 
-    def apply(self, module: ir.Module, *, max_iterations: int = 20) -> Counter:
-        """Apply greedily (with folding) to ``module``; returns how often each pattern fired."""
-        fired: Counter = Counter()
+    def apply(self, module: ir.Module, *, max_iterations: int = 20) -> "Firings":
+        """Apply greedily (with folding) to ``module``; returns how often each pattern fired
+        (and where: ``.sites``)."""
+        fired = Firings()
         with module.context:
             rps = rewrite.RewritePatternSet()
             for pattern in self.patterns:
@@ -120,6 +121,19 @@ class PatternSet:
             config.max_iterations = max_iterations
             rewrite.apply_patterns_and_fold_greedily(module, rps.freeze(), config)
         return fired
+
+
+class Firings(Counter):
+    """How often each pattern of a pass fired; ``sites[pattern][module path]`` says where (the
+    nn.Module the rewritten op came from, "" for the model's own forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sites: dict[str, Counter] = {}
+
+    def record(self, pattern: str, loc) -> None:
+        self[pattern] += 1
+        self.sites.setdefault(pattern, Counter())[module_path(loc)] += 1
 
 
 class PatternFailure(Exception):
@@ -131,7 +145,7 @@ class PatternFailure(Exception):
         self.cause = cause
 
 
-def _adapt(pattern: Pattern, fired: Counter):
+def _adapt(pattern: Pattern, fired: Firings):
     def callback(op, rewriter) -> bool:
         try:
             with rewriter.ip, op.location:
@@ -145,9 +159,10 @@ def _adapt(pattern: Pattern, fired: Counter):
         values = list(replacement) if isinstance(replacement, (list, tuple)) else [replacement]
         values = [v.result if isinstance(v, ir.OpView) else v for v in values]
         producers = [defining_op(v) for v in op.operands]
+        loc = op.location
         rewriter.replace_op(op, values)
         _erase_dead(rewriter, producers)
-        fired[pattern.name] += 1
+        fired.record(pattern.name, loc)
         return False
 
     return callback

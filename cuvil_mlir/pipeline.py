@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib.metadata import version
 
@@ -128,6 +128,7 @@ def _metadata(signature, built: list["_Built"], options: Options, import_seconds
         "opt_level": options.opt_level,
         "precision": precision.parse_policy(options.precision).spec,
         "patterns_fired": first.fired,
+        "pattern_sites": first.sites,
         "compile_seconds": {IMPORT_STAGE: round(import_seconds, 4), **first.seconds},
         "versions": _versions(),
     }
@@ -138,6 +139,7 @@ class _Built:
     module: PackagedModule
     fired: dict[str, dict[str, int]]
     seconds: dict[str, float]
+    sites: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # pass -> pattern -> module path -> n
 
 
 def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, elide_weights):
@@ -171,8 +173,9 @@ def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, el
         seconds["iree-compile"] = round(time.perf_counter() - start, 4)
         passes = tuple(p for _, specs in stages for p in specs)
         fired_json = {name: dict(c) for name, c in fired.items() if c}
+        sites = {name: {p: dict(where) for p, where in getattr(c, "sites", {}).items()} for name, c in fired.items() if c}
         module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements())
-        return _Built(module, fired_json, seconds)
+        return _Built(module, fired_json, seconds, sites)
     raise _all_failed(target, failures)
 
 

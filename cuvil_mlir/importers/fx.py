@@ -9,6 +9,7 @@ backend-legal so they arrive as single ops instead of primitive soups.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 import zipfile
 from pathlib import Path
@@ -82,13 +83,52 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
             return fx.export_and_import(
                 program,
                 output_type="torch",
-                fx_importer=FxImporter(context=ctx, hooks=_readable_weights_hooks()),
+                fx_importer=_with_module_paths(FxImporter(context=ctx, hooks=_readable_weights_hooks())),
                 decomposition_table={},  # already decomposed above
                 backend_legal_ops=[f"aten.{name}" for name in kept_ops] or None,  # None: torch-mlir's defaults
                 func_name=func_name,
             )
     except Exception as e:
         raise ImportError_(f"torch-mlir could not import the program: {type(e).__name__}: {_short(e)}") from e
+
+
+def _with_module_paths(importer):
+    """Name every op's location after the nn.Module it came from (``layers.0.attn.q_proj``):
+    torch-mlir's locations are only the Python stack's files and lines. The name is what the
+    package's provenance, error messages and per-module precision options (``keep_paths``)
+    read (cuvil_mlir.diagnostics.module_path). torch-mlir keeps its per-context cache in
+    ``_cc``; without it the import goes on with torch-mlir's own locations."""
+    from torch_mlir.extras.fx_importer import ContextCache
+
+    cache = getattr(importer, "_cc", None)
+    if not isinstance(cache, ContextCache):
+        return importer
+
+    class NamedLocations(ContextCache):
+        def get_node_location(self, node):
+            loc = super().get_node_location(node)
+            if node.op in ("placeholder", "output", "get_attr"):
+                return loc
+            path = _module_path(node)
+            # torch-mlir keeps the previous op's location for a node without one (most
+            # nodes outside nn.Linear-like leaf modules): give each node its own
+            if loc is None:
+                loc = ir.Location.unknown(context=self._c)
+            return ir.Location.name(path, childLoc=loc, context=self._c) if path else loc
+
+    importer._cc = NamedLocations(importer._c, py_attr_tracker=cache._py_attr_tracker)
+    return importer
+
+
+def _module_path(node) -> str:
+    """The innermost module of ``node``'s nn_module_stack, as a dotted attribute path."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    # torch.export writes L['self'].layers[0].attn or layers.0.attn depending on the version
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    return re.sub(r"\[(\d+)\]", r".\1", re.sub(r"\['([^']+)'\]", r".\1", path)).strip(".")
 
 
 def _readable_weights_hooks():
