@@ -82,7 +82,7 @@ class Entry:
 
     name: str  # unique in the report: "cpu", "cpu [plain-iree]", "torch eager (cpu)"
     kind: str  # "cuvil", "plain-iree" or "competitor"
-    config: str  # "default", "without:X", "plain-iree"; a competitor's name for competitors
+    config: str  # "default", "without:X", "plain-iree", "precision:P"; a competitor's name for competitors
     target: str | None = None  # the target spec (None for competitors)
     device: str | None = None  # where it ran: "local-task", "vulkan: llvmpipe (...)", "torch cpu"
     status: str = "ok"  # ok | mismatch | failed | skipped
@@ -179,20 +179,30 @@ class Config:
     plain: bool = False  # torch-mlir's import straight into IREE, no Cuvil
     disabled_passes: tuple[str, ...] = ()
     disabled_patterns: tuple[str, ...] = ()
+    precision: str = "fp32"  # a policy of cuvil_mlir/precision.py; int8 is calibrated on the input sets
+
+
+# The error a precision policy may add on top of the dtype tolerance (relative to the largest
+# output; the budgets of docs/precision.md).
+PRECISION_RTOL = {"fp32": 0.0, "fp16": 1e-2, "bf16": 5e-2, "int8-weight": 5e-2, "int4-weight": 2e-1, "int8": 1e-1}
 
 
 def parse_config(text: str, patterns=()) -> Config:
-    """``default``, ``plain-iree``, ``without:PASS``, ``without:PATTERN`` or ``without:PASS/PATTERN``
-    (PASS: a built-in pass or one of ``patterns``). Unknown names fail with the valid ones."""
+    """``default``, ``plain-iree``, ``without:PASS``, ``without:PATTERN``, ``without:PASS/PATTERN``
+    (PASS: a built-in pass or one of ``patterns``) or ``precision:POLICY`` (``precision:fp16``,
+    ``precision:int4-weight{group=64}``). Unknown names fail with the valid ones."""
     from cuvil_mlir.pipeline import Options, check_disabled, pass_patterns
+    from cuvil_mlir.precision import parse_policy
 
     text = text.strip()
     if text in ("default", "plain-iree"):
         return Config(text, plain=text == "plain-iree")
     kind, _, name = text.partition(":")
+    if kind == "precision" and name:
+        return Config(text, precision=parse_policy(name).spec)
     if kind != "without" or not name:
         raise CuvilError(f"unknown configuration '{text}'; configurations: default, plain-iree, without:PASS, "
-                         "without:PATTERN, without:PASS/PATTERN")
+                         "without:PATTERN, without:PASS/PATTERN, precision:POLICY")
     if name in pass_patterns(patterns):
         return Config(text, disabled_passes=(name,))
     check_disabled(Options(patterns=tuple(patterns), disabled_patterns=(name,)))  # raises with the valid names
@@ -435,12 +445,35 @@ def _as_list(out) -> list[np.ndarray]:
 # Building entries: compile, load, first call, errors on every input set.
 
 
-def _compile(spec: str, config: Config, program, opt_level: int, patterns):
+def _compile(spec: str, config: Config, program, opt_level: int, patterns, sets=()):
     from cuvil_mlir.pipeline import Options, compile_plain_iree, compile_program
+    from cuvil_mlir.precision import parse_policy
 
+    calibration = None
+    if parse_policy(config.precision).name == "int8":  # calibrated on the comparison's own input sets
+        import torch
+
+        from cuvil_mlir.calibration import calibrate
+
+        if not sets:
+            raise CuvilError(f"configuration '{config.name}' calibrates on the comparison's input sets, and there are none here")
+        samples = [tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in s) for s in sets]
+        calibration = calibrate(program, samples, target=spec, patterns=patterns,
+                                disabled_passes=config.disabled_passes, disabled_patterns=config.disabled_patterns)
     options = Options(target=spec, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=config.disabled_passes,
-                      disabled_patterns=config.disabled_patterns)
+                      disabled_patterns=config.disabled_patterns, precision=config.precision, calibration=calibration)
     return compile_plain_iree(program, (), options) if config.plain else compile_program(program, (), options)
+
+
+def _config_tolerances(config: Config, tolerances: dict | None) -> dict | None:
+    """A precision configuration is checked against its policy's budget."""
+    from cuvil_mlir.precision import parse_policy
+
+    budget = PRECISION_RTOL.get(parse_policy(config.precision).name, 0.0)
+    if not budget:
+        return tolerances
+    merged = {**DEFAULT_RTOL, **(tolerances or {})}
+    return {dtype: max(rtol, budget) for dtype, rtol in merged.items()}
 
 
 def _absent(driver: str, drivers) -> str | None:
@@ -464,7 +497,7 @@ def _build_cuvil(spec, config, program, sets, refs, drivers, opt_level, patterns
     entry.device = target.driver if device.name in ("", "default") else f"{target.driver}: {device.name}"
     start = time.perf_counter()
     try:
-        compiled = _compile(spec, config, program, opt_level, patterns)
+        compiled = _compile(spec, config, program, opt_level, patterns, sets)
     except Exception as e:  # a failing entry is a result, not the end of the comparison
         return entry.fail("compile", e), None
     entry.compile_seconds = round(time.perf_counter() - start, 4)
@@ -475,7 +508,8 @@ def _build_cuvil(spec, config, program, sets, refs, drivers, opt_level, patterns
         compiled.select()
     except Exception as e:
         return entry.fail("load", e), None
-    return _check(entry, lambda *xs: compiled(*xs), sets, refs, tolerances, check_dtype, settings, wall_clock)
+    return _check(entry, lambda *xs: compiled(*xs), sets, refs, _config_tolerances(config, tolerances), check_dtype,
+                  settings, wall_clock)
 
 
 def _check(entry, call, sets, refs, tolerances, check_dtype, settings, make_sample, to_inputs=None, outputs=None):
@@ -987,7 +1021,9 @@ def _load_package(row: dict, folder: Path, sets, refs, drivers, tolerances, chec
         compiled.select()
     except Exception as e:
         return entry.fail("load", e), None
-    return _check(entry, lambda *xs: compiled(*xs), sets, refs, tolerances, check_dtype, settings, wall_clock)
+    config = Config(entry.config or "default", precision=metadata.get("precision", "fp32"))
+    return _check(entry, lambda *xs: compiled(*xs), sets, refs, _config_tolerances(config, tolerances), check_dtype,
+                  settings, wall_clock)
 
 
 def _rebuild_eager(spec: str | None, folder: Path, manifest: dict):

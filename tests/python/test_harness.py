@@ -197,6 +197,27 @@ def test_unknown_or_ambiguous_configs_fail_naming_the_valid_ones(text, message):
         parse_config(text)
 
 
+def test_precision_configs_name_a_policy():
+    assert parse_config("precision:int4-weight{group=32}").precision == "int4-weight{group=32}"
+    assert parse_config("default").precision == "fp32"
+    with pytest.raises(CuvilError, match="unknown precision 'int3'; policies: fp32, fp16"):
+        parse_config("precision:int3")
+
+
+def test_a_precision_config_is_checked_against_its_budget():
+    """int8-weight's error would fail the fp32 tolerance; the config is held to the policy's budget,
+    and a quantized build that broke the numerics would still fail it."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
+    report = compare(mlp, (torch.randn(4, 32),), targets=["cpu"], configs=["default", "precision:int8-weight"],
+                     competitors=(), repetitions=0)
+    exact, quantized = report.entry("cpu"), report.entry("cpu [precision:int8-weight]")
+    assert exact.status == quantized.status == "ok"
+    assert quantized.numerics.max_rel_err > 10 * exact.numerics.max_rel_err  # it really ran quantized
+    assert quantized.numerics.rtol == pytest.approx(5e-2) and exact.numerics.rtol == pytest.approx(1e-4)
+    assert quantized.patterns_fired["quantize-weights"]
+
+
 def test_disabled_pattern_keeps_the_rest_of_its_pass():
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).eval()
