@@ -96,6 +96,7 @@ class Entry:
     numerics: Numerics | None = None
     patterns_fired: dict[str, dict[str, int]] = field(default_factory=dict)
     iree_flags: list[str] = field(default_factory=list)
+    module_bytes: int | None = None  # the compiled module's size (the .vmfb of this target)
     baseline: str | None = None  # the entry the deltas compare with
     deltas: dict[str, float] | None = None
 
@@ -504,6 +505,7 @@ def _build_cuvil(spec, config, program, sets, refs, drivers, opt_level, patterns
     entry.compile_breakdown = dict(compiled.metadata.get("compile_seconds", {}))
     entry.patterns_fired = compiled.patterns_fired
     entry.iree_flags = list(compiled.modules[0].iree_flags)
+    entry.module_bytes = len(compiled.modules[0].vmfb)
     try:
         compiled.select()
     except Exception as e:
@@ -910,6 +912,7 @@ def _build_package(index: int, spec: str, config: Config, program, opt_level: in
     entry.compile_breakdown = dict(compiled.metadata.get("compile_seconds", {}))
     entry.patterns_fired = compiled.patterns_fired
     entry.iree_flags = list(compiled.modules[0].iree_flags)
+    entry.module_bytes = len(compiled.modules[0].vmfb)
     slug = "".join(ch if ch.isalnum() else "-" for ch in entry.name).strip("-")
     row["package"] = f"{index:02d}-{slug}.cuvilpkg"
     compiled.save(out / row["package"])
