@@ -162,9 +162,10 @@ def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, el
             continue
         tried.add(lowered)
 
-        # hand-off to IREE: bytecode across the seam, compiled with the target's flags
+        # hand-off to IREE: bytecode across the seam, compiled with the target's flags (and
+        # the precision policy's: quantized weights must not be expanded at compile time)
         start = time.perf_counter()
-        flags = target.iree_flags()
+        flags = [*target.iree_flags(), *precision.iree_flags(options.precision)]
         try:
             vmfb = iree.compile_to_vmfb(module, flags)
         except CompileError as e:
