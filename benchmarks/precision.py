@@ -41,7 +41,7 @@ def model_factory(name: str):
 
     import models
 
-    if name == "mlp-large":  # weights large enough that their bytes matter (4.5 MiB in fp32)
+    if name == "mlp-large":  # weights large enough that their bytes matter (8 MiB in fp32)
         torch.manual_seed(0)
         return lambda: (models.MLP(d_in=512, d_hidden=1024, d_out=512).eval(), (torch.randn(8, 512),))
     table = {**models.E2E_MODELS, **models.EAGER_ATTENTION_MODELS}

@@ -19,7 +19,7 @@ def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns
 
     Returns a ``CompiledModel``. ``patterns`` are extra ``PatternSet``s run after raising;
     ``disabled_passes`` names passes to skip; ``disabled_patterns`` names single patterns to
-    drop (``"raise-torch-to-cuvil/gelu_epilogue"``, or the bare pattern name when only one pass has it).
+    drop (``"fuse-linear-epilogue/gelu_epilogue"``, or the bare pattern name when only one pass has it).
     ``precision`` is a policy (cuvil_mlir/precision.py: fp32, fp16, bf16, int8-weight,
     int4-weight, int8); ``int8`` needs ``calibration``.
     """

@@ -8,6 +8,7 @@
     cuvil compare model.pt2 --targets cpu,vulkan,cuda [--configs default,plain-iree] [--json r.json] [--plot r.png]
     cuvil bench model.cuvilpkg [--target vulkan] [--repetitions 200]
     cuvil check-patterns [FILE.py ...] [--pass NAME] [--pattern NAME] [--seeds N] [--json OUT]
+    cuvil accuracy model.pt2 --precision fp16 [--budget 1e-3] [--json r.json]
     cuvil-opt file.mlir -p raise-torch-to-cuvil,lower-cuvil-to-torch [--split-input-file] [-o out.mlir]
 
 Every error a user can cause prints one line ``cuvil: error: ...`` (plus ``reproduce with:``
@@ -237,7 +238,69 @@ def _cuvil_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="OUT.json", help="write every check as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per check while running")
     p.set_defaults(command=_check_patterns)
+
+    p = sub.add_parser("accuracy", parents=[common], help="what a precision policy costs, per op and end to end",
+                       description="Compile a model under a precision policy and measure it against fp32 PyTorch: "
+                       "end-to-end max abs/rel error, cosine similarity, top-1 agreement, and the error each demoted "
+                       "or quantized op adds alone (docs/precision.md). With --budget, search which ops must stay in "
+                       "higher precision and print the policy that meets it.")
+    p.add_argument("model", metavar="MODEL", help="a .pt2 file written by torch.export.save, or FILE.py:FACTORY / "
+                   "package.module:FACTORY (a function returning (model, inputs))")
+    p.add_argument("--precision", default="fp16", metavar="POLICY", help="fp16 (default), bf16, int8-weight, int4-weight, int8")
+    p.add_argument("--input", "-i", action="append", default=None, metavar="X.npy",
+                   help="an input array, in order (repeatable; default: the program's or factory's example inputs)")
+    p.add_argument("--budget", type=float, metavar="REL_ERR", help="search for the ops to keep so that the max relative "
+                   "error stays within REL_ERR")
+    p.add_argument("--no-per-op", dest="per_op", action="store_false", default=None,
+                   help="end-to-end metrics only (one compile)")
+    p.add_argument("--target", default="cpu", help="where to compile and run (default: cpu)")
+    p.add_argument("-O", dest="opt_level", type=int, choices=(0, 1, 2, 3), default=3, metavar="N", help="optimization level (default: -O3)")
+    p.add_argument("--json", metavar="OUT.json", help="write the report (and the search) as JSON")
+    p.set_defaults(command=_accuracy)
     return parser
+
+
+def _accuracy(args, parser) -> int:
+    """``cuvil accuracy``: cuvil_mlir.accuracy.report / search on a .pt2 file or a model factory."""
+    from cuvil_mlir import accuracy
+
+    spec = args.model if not args.model.endswith(".pt2") and ":" in args.model else None
+    if not spec and not Path(args.model).exists():  # before importing torch: a typo should not take seconds
+        raise ImportError_(f"model file not found: {args.model}")
+    if args.json:
+        _check_writable(Path(args.json))
+    _quiet_torch_logs(args)
+    import torch
+
+    from cuvil_mlir.harness import load_model_spec
+    from cuvil_mlir.importers.fx import load_exported_program
+
+    model, inputs = load_model_spec(spec) if spec else (load_exported_program(args.model), None)
+    if args.input:
+        inputs = [torch.from_numpy(_read_npy(p)) for p in args.input]
+    elif inputs is None and isinstance(model, torch.export.ExportedProgram):
+        inputs = model.example_inputs[0] if model.example_inputs else None
+    if inputs is None:
+        raise InputError(f"{args.model} carries no example inputs: pass them with --input X.npy")
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    result = {}
+    if args.budget is not None:
+        found = accuracy.search(model, inputs, precision=args.precision, budget=args.budget, target=args.target,
+                                opt_level=args.opt_level)
+        print(found.report.describe())
+        verdict = "meets" if found.met else "does NOT meet"
+        print(f"search: {found.policy} {verdict} the budget {found.budget:g} (max rel err {found.max_rel_err:.3g}; "
+              f"{found.compiles} compiles)")
+        result = {"search": found.to_json()}
+    else:
+        rep = accuracy.report(model, inputs, precision=args.precision, per_op=args.per_op, target=args.target,
+                              opt_level=args.opt_level)
+        print(rep.describe())
+        result = {"report": rep.to_json()}
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+        print(f"wrote {args.json}")
+    return 0 if args.budget is None or result["search"]["met"] else 1
 
 
 def _timing_arguments(p, *, repetitions: int, min_time: float, max_time: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
@@ -125,16 +126,24 @@ def load_pattern_file(path: str | os.PathLike) -> list[PatternSet]:
     path = Path(path)
     if not path.is_file():
         raise CuvilError(f"pattern file not found: {path}")
-    spec = importlib.util.spec_from_file_location(f"cuvil_user_patterns_{path.stem}", path)
+    name = f"cuvil_user_patterns_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # what @dataclass and pickling look a module up by
     try:
         spec.loader.exec_module(module)
     except Exception as e:
+        del sys.modules[name]
         raise CuvilError(f"failed to import pattern file {path}: {type(e).__name__}: {e}") from e
-    sets = [v for v in vars(module).values() if isinstance(v, PatternSet)]
+    sets: dict[str, PatternSet] = {}  # one per pass name (``patterns`` and ``PASS`` are often the same set)
+    for value in vars(module).values():
+        if isinstance(value, ConfigurablePass):  # a configurable pass: its default configuration
+            value = value.configure({})
+        if isinstance(value, PatternSet) and value.patterns:  # an empty set only holds examples
+            sets.setdefault(value.name, value)
     if not sets:
-        raise CuvilError(f"pattern file {path} defines no PatternSet at top level")
-    return sets
+        raise CuvilError(f"pattern file {path} defines no PatternSet with patterns at top level")
+    return list(sets.values())
 
 
 def run_pipeline(module: ir.Module, passes: list[Pass], *, repro_dir: str | None = None) -> dict[str, Counter]:

@@ -173,7 +173,7 @@ def _is_value_semantic(op) -> bool:
     name = op.operation.name
     if name.startswith("torch.runtime.") or name.endswith("_") or "overwrite" in name or name == "torch.prim.Print":
         return False
-    if not (name.startswith(("torch.aten.", "torch.prim.", "torch.constant.", "torch.vtensor.", "cuvil."))):
+    if not (name.startswith(("torch.aten.", "torch.prim.", "torch.prims.", "torch.constant.", "torch.vtensor.", "cuvil."))):
         return False
     return all(not str(r.type).startswith("!torch.tensor") for r in op.results)
 

@@ -4,11 +4,16 @@ A policy is a string a user types (``--precision`` / ``compile(precision=...)``)
 with options, ``name{option=value,...}``:
 
     fp32                      no change (the default)
-    fp16, bf16                demote compute to 16-bit floats, keeping sensitive ops in fp32
-    int8-weight               weight-only int8, per output channel, symmetric
-    int4-weight{group=128}    weight-only int4, group-wise
+    fp16, bf16                demote compute to 16-bit floats, keeping sensitive ops in fp32;
+                              options keep=<kinds> (default softmax,norm,reduction,exp,log; none),
+                              keep_paths=<module paths> (lm_head, h.0.*)
+    int8-weight               weight-only int8, per output channel, symmetric; skip=<module paths>
+    int4-weight{group=128}    weight-only int4, group-wise; skip=<module paths>
     int8                      static int8 weights and activations (needs a calibration)
 
+An option's value may be a comma-separated list: ``fp16{keep=softmax,norm,keep_paths=lm_head}``
+(an item without ``=`` continues the previous option's list). docs/precision.md describes
+every policy, its error budget and the accuracy report (cuvil_mlir/accuracy.py).
 ``stage_passes`` turns a policy into the passes of the stage.
 """
 
@@ -43,13 +48,36 @@ def parse_policy(spec: str | Policy | None) -> Policy:
     if spec is None or spec == "":
         return Policy("fp32")
     try:
-        name, options = parse_pass_spec(spec)
+        name, options = _parse_spec(spec)
     except CuvilError:
-        raise CuvilError(f"malformed precision '{spec}' (expected a policy, e.g. fp16 or int4-weight{{group=64}}); "
-                         f"policies: {', '.join(POLICIES)}") from None
+        raise CuvilError(f"malformed precision '{spec}' (expected a policy, e.g. fp16 or int4-weight{{group=64}} "
+                         f"or fp16{{keep=softmax,norm}}); policies: {', '.join(POLICIES)}") from None
     if name not in POLICIES:
         raise CuvilError(f"unknown precision '{name}'; policies: {', '.join(POLICIES)}")
     return Policy(name, tuple(sorted(options.items())))
+
+
+def _parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``name{k=v,w,k2=v2}`` -> (name, {k: "v,w", k2: "v2"}): list values continue after commas."""
+    spec = spec.strip()
+    name, brace, rest = spec.partition("{")
+    if not brace:
+        return parse_pass_spec(spec)
+    if not rest.endswith("}") or "{" in rest[:-1] or "}" in rest[:-1]:
+        raise CuvilError(f"malformed precision '{spec}'")
+    options: dict[str, str] = {}
+    key = None
+    for item in rest[:-1].split(","):
+        item = item.strip()
+        k, eq, v = item.partition("=")
+        if eq and k and v:
+            key, options[k] = k, v
+        elif not eq and item and key is not None:
+            options[key] += f",{item}"
+        else:
+            raise CuvilError(f"malformed option '{item}' in precision '{spec}'")
+    name, _ = parse_pass_spec(name)
+    return name, options
 
 
 def stage_passes(policy: str | Policy | None, calibration=None) -> list:
@@ -63,7 +91,25 @@ def stage_passes(policy: str | Policy | None, calibration=None) -> list:
         return [_weight_only_pass(policy)]
     if policy.name == "int8":
         return [_static_int8_pass(policy, calibration)]
-    raise CuvilError(f"precision '{policy.name}' is not built yet")
+    return [_demote_pass(policy)]
+
+
+HALF_POLICIES = {"fp16": "f16", "bf16": "bf16"}
+# The error budget of each policy: relative error of the output against fp32 eager (max |err| /
+# max |ref|) on the e2e models of examples/models.py (docs/precision.md; tests/python/test_precision.py).
+BUDGETS = {"fp16": 1e-2, "bf16": 5e-2}
+
+
+def _demote_pass(policy: Policy):
+    """fp16 / bf16{keep=...,keep_paths=...} -> demote-precision{dtype=f16|bf16,keep=...,keep_paths=...}."""
+    from cuvil_mlir.lowering import demote_precision
+
+    extra = [k for k, _ in policy.options if k not in ("keep", "keep_paths")]
+    if extra:
+        raise CuvilError(f"precision {policy.name} takes only keep, keep_paths; got {policy.spec}")
+    given = {"dtype": HALF_POLICIES[policy.name]}
+    given.update({k: v.replace(",", ":") for k, v in policy.options})
+    return demote_precision.PASS.configure(given)
 
 
 # Quantized policies only: IREE's const-expr hoisting would otherwise evaluate the weight
@@ -79,17 +125,18 @@ def iree_flags(policy: str | Policy | None) -> list[str]:
 
 
 def _weight_only_pass(policy: Policy):
-    """int8-weight (no options) -> quantize-weights{bits=8}; int4-weight{group=N} -> {bits=4,group=N}."""
+    """int8-weight{skip=P} -> quantize-weights{bits=8,skip=P}; int4-weight{group=N} -> {bits=4,group=N}."""
     from cuvil_mlir.lowering import quantize_weights
 
-    allowed = ("group",) if policy.name == "int4-weight" else ()
+    allowed = ("group", "skip") if policy.name == "int4-weight" else ("skip",)
     extra = [k for k, _ in policy.options if k not in allowed]
     if extra:
-        takes = f"takes only {', '.join(allowed)}" if allowed else "takes no options"
+        takes = "takes only group, skip" if policy.name == "int4-weight" else "takes no options (except skip)"
         raise CuvilError(f"precision {policy.name} {takes}, got {policy.spec}")
     bits = "4" if policy.name == "int4-weight" else "8"
     group = policy.option("group", str(quantize_weights.DEFAULT_GROUP))
-    return quantize_weights.PASS.configure({"bits": bits, "group": group})
+    skip = policy.option("skip", "").replace(",", ":")
+    return quantize_weights.PASS.configure({"bits": bits, "group": group, **({"skip": skip} if skip else {})})
 
 
 def _static_int8_pass(policy: Policy, calibration):

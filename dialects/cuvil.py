@@ -20,7 +20,7 @@ from cuvil_mlir.tensor_types import TensorInfo, tensor_info
 Operand = ext.Operand
 Result = ext.Result
 
-ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid")
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "relu6")
 # Gated (GLU-family) activations of cuvil.linear, each with the activation of its gate half:
 # the op computes y = x · Wᵀ + b with 2F out features and returns act(y[..., :F]) * y[..., F:].
 GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh", "reglu": "relu"}
@@ -83,7 +83,7 @@ class LinearOp(Cuvil.Operation, name="linear", traits=[ext.Pure]):
 
     ``input`` is ``[..., K]``, ``weight`` is ``[N, K]`` (torch's layout), ``bias`` is ``[N]``;
     the result is ``[..., N]``. ``activation`` is one of none, relu, gelu, gelu_tanh, silu,
-    sigmoid, or a gated activation (swiglu, geglu, geglu_tanh, reglu: ``GATED_ACTIVATIONS``):
+    sigmoid, relu6 (``clamp(y, 0, 6)``), or a gated activation (swiglu, geglu, geglu_tanh, reglu: ``GATED_ACTIVATIONS``):
     then ``weight`` stacks the gate and up projections ``[W_g; W_u]`` (N = 2F, static) and the
     result is ``[..., F]``: ``act(y[..., :F]) * y[..., F:]`` with ``y = x · Wᵀ + b``.
 

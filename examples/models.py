@@ -134,10 +134,30 @@ def llama(layers=2, d_model=64, heads=4, kv_heads=2, vocab=256, seq=16, batch=1,
 
 E2E_MODELS = {"mlp": mlp, "cnn": small_cnn, "transformer": transformer_block, "gpt2": gpt2, "bert": bert, "llama": llama}
 
+
+class _HiddenStatesPadded(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def bert_padded(layers=2, d_model=64, heads=4, vocab=256, seq=16, batch=2, attn="eager"):
+    """BERT with a padding ``attention_mask`` input (the first sequence padded after half its
+    length): HF turns it into an additive [B, 1, L, S] float mask."""
+    model, (ids,) = bert(layers=layers, d_model=d_model, heads=heads, vocab=vocab, seq=seq, batch=batch, attn=attn)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[0, seq // 2:] = 0
+    return _HiddenStatesPadded(model.model).eval(), (ids, mask)
+
+
 # The Hugging Face models as they run with attn_implementation="eager": attention written out
 # by hand (matmul, scale, mask, softmax, matmul), which fuse-attention recognizes.
 EAGER_ATTENTION_MODELS = {
     "gpt2-eager": lambda **kw: gpt2(attn="eager", **kw),
     "bert-eager": lambda **kw: bert(attn="eager", **kw),
+    "bert-eager-padded": lambda **kw: bert_padded(attn="eager", **kw),
     "llama-eager": lambda **kw: llama(attn="eager", **kw),
 }

@@ -11,7 +11,11 @@ such a chain back to the conv, evaluates each constant operand in numpy (literal
 through unsqueeze/view/sqrt/reciprocal/... of literals), and rebuilds the conv with
 ``w' = w * s`` per output channel and ``b' = b * s + t``, where the chain is ``y = s * conv + t``.
 Training-mode BN (batch statistics computed from the conv) and statistics that are not
-constants leave no constant operand, so nothing fires. The activation after the BN is fused
+constants leave no constant operand, so nothing fires; nor when the conv's result (or an op
+of the chain) has another use. The pattern is rooted at every op a chain may end with (BN's
+last op is the ``add`` of beta, the ``mul`` by 1/sqrt(var + eps) without affine, a cast back
+for f16 models; hand-written per-channel scales end with a scalar op) and fires only at the
+chain's end. The activation after the BN is fused
 later by ``fuse-linear-epilogue`` (one place for all epilogues).
 Test: tests/lowering/fuse-conv-bn.mlir.
 """
@@ -22,7 +26,7 @@ import numpy as np
 
 from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.ir import ir
-from cuvil_mlir.patterns import PatternSet, const_float, const_int, defining_op, has_one_use, info, literal, literal_array
+from cuvil_mlir.patterns import PatternSet, const_float, defining_op, has_one_use, info, literal, literal_array
 
 patterns = PatternSet("fuse-conv-bn", description="conv2d + per-channel affine chain (inference batch norm) -> conv2d with folded weights")
 
@@ -145,7 +149,9 @@ def _match(root):
         if step is None:
             return None
         x, s, t = step
-        scale, shift = scale * s, shift * s + t  # y = s * (scale_in * conv + shift_in) + t, composed outside-in
+        # y = scale * (s * x + t) + shift: walking from the chain's end toward the conv, each step
+        # is substituted inside the affine map built so far
+        scale, shift = scale * s, shift + scale * t
         affine_steps += op.operation.name not in _CASTS
         if not has_one_use(x):
             return None
@@ -175,7 +181,9 @@ def _sole_user(value):
 @patterns.add("torch.aten.mul.Tensor", name="conv_bn")
 @patterns.add("torch.aten.div.Tensor", name="conv_bn")
 @patterns.add("torch.aten.add.Scalar", name="conv_bn")
+@patterns.add("torch.aten.sub.Scalar", name="conv_bn")
 @patterns.add("torch.aten.mul.Scalar", name="conv_bn")
+@patterns.add("torch.aten.div.Scalar", name="conv_bn")
 @patterns.add("torch.aten.to.dtype", name="conv_bn")
 @patterns.add("torch.prims.convert_element_type", name="conv_bn")
 def conv_bn(op, rewriter):
@@ -206,15 +214,17 @@ def conv_bn(op, rewriter):
     )
 
 
-def _bn_model(rng, *, conv_bias=True, groups=1, dtype=None, training=False):
+def _bn_model(rng, *, conv_bias=True, groups=1, dtype=None, training=False, affine=True):
     import torch
 
     c_in = int(rng.integers(1, 5)) * groups
     c_out = c_in if groups > 1 else int(rng.integers(1, 9))
-    model = torch.nn.Sequential(torch.nn.Conv2d(c_in, c_out, 3, padding=1, groups=groups, bias=conv_bias), torch.nn.BatchNorm2d(c_out))
+    bn = torch.nn.BatchNorm2d(c_out, affine=affine)
+    model = torch.nn.Sequential(torch.nn.Conv2d(c_in, c_out, 3, padding=1, groups=groups, bias=conv_bias), bn)
     with torch.no_grad():
-        bn = model[1]
-        bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2), bn.weight.uniform_(0.5, 2), bn.bias.uniform_(-1, 1)
+        bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2)
+        if affine:
+            bn.weight.uniform_(0.5, 2), bn.bias.uniform_(-1, 1)
     model = model.train() if training else model.eval()
     x = torch.randn(1, c_in, int(rng.integers(3, 9)), int(rng.integers(3, 9)))
     if dtype is not None:
@@ -242,6 +252,12 @@ def _conv_bn_f16(rng):
     import torch
 
     return _bn_model(rng, dtype=torch.float16)
+
+
+@patterns.example("conv_bn")
+def _conv_bn_without_affine(rng):
+    """BatchNorm2d(affine=False): the chain ends at the multiply by 1/sqrt(var + eps)."""
+    return _bn_model(rng, affine=False)
 
 
 @patterns.example("conv_bn", matches=False)

@@ -14,6 +14,9 @@ The weight literal is replaced by a quantized literal plus its scales, and a deq
              shift by [0, 4] and ``& 15`` give [O, G, 2, group/2], then (u - 8) * s, then a view
              back to the weight's shape. IREE turns the chain into one elementwise dispatch.
 
+``skip`` (module paths, ``:``-separated, matched as demote-precision's ``keep_paths``) leaves
+the layers of those nn.Modules in float (``skip=lm_head``).
+
 Group size (int4): ``group`` (default 128) is clamped to the input features; when the input
 features are not a multiple of it, the layer falls back to one group per output channel; a
 layer whose group would be odd (odd input features) is quantized to int8 instead (two
@@ -147,15 +150,18 @@ def conv_attributes(op) -> dict:
     return {**out, "groups": ir.IntegerAttr(op.attributes["groups"]).value}
 
 
-def make(bits: str = "8", group: str = str(DEFAULT_GROUP)) -> PatternSet:
-    nbits, ngroup = int(bits), int(group)
+def make(bits: str = "8", group: str = str(DEFAULT_GROUP), skip: str = "none") -> PatternSet:
+    from cuvil_mlir.diagnostics import module_path
+    from cuvil_mlir.lowering.demote_precision import path_matches, split_list
+
+    nbits, ngroup, skipped = int(bits), int(group), split_list(skip)
     patterns = PatternSet(NAME, description=DESCRIPTION, examples=EXAMPLES)
 
     @patterns.add("cuvil.linear")
     def quantize_linear(op, rewriter):
         """cuvil.linear(x, W) -> cuvil.linear(x, dequant(q, s))   (W constant float; q si8 / packed int4)"""
         w = constant_weight(op.weight)
-        if w is None:
+        if w is None or (skipped and path_matches(module_path(op.location), skipped)):
             return None
         dequant = _quantized_weight(w, info(op.weight).dtype, nbits, ngroup)
         return cuvil.linear(op.result.type, op.input, dequant, op.bias, activation=cuvil.activation_of(op))
@@ -164,7 +170,7 @@ def make(bits: str = "8", group: str = str(DEFAULT_GROUP)) -> PatternSet:
     def quantize_conv2d(op, rewriter):
         """cuvil.conv2d(x, W) -> cuvil.conv2d(x, dequant(q, s))   (W constant float; per output channel / group)"""
         w = constant_weight(op.weight)
-        if w is None:
+        if w is None or (skipped and path_matches(module_path(op.location), skipped)):
             return None
         dequant = _quantized_weight(w, info(op.weight).dtype, nbits, ngroup)
         return cuvil.conv2d(
@@ -223,7 +229,8 @@ class _QuantizeWeightsPass(ConfigurablePass):
             raise CuvilError(f"pass '{self.name}': option bits={bits} is not one of 8, 4")
         if not group.isdigit() or int(group) < 2 or int(group) % 2:
             raise CuvilError(f"pass '{self.name}': option group={group} must be a positive even integer (e.g. 32, 64, 128)")
-        return self.make(bits=bits, group=group)
+        return self.make(bits=bits, group=group, skip=given.get("skip", "none"))
 
 
-PASS = _QuantizeWeightsPass(NAME, make, {"bits": ("8", "4"), "group": (str(DEFAULT_GROUP), "32", "64", "256")}, DESCRIPTION)
+PASS = _QuantizeWeightsPass(NAME, make, {"bits": ("8", "4"), "group": (str(DEFAULT_GROUP), "32", "64", "256"), "skip": ("none", "lm_head")},
+                            DESCRIPTION)

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import Target
+from .base import DECOMPOSED_ATTENTION_FALLBACKS, DECOMPOSED_ATTENTION_STAGES, Target
 
 # Why: O2/O3 LayerNorm dispatches of GPT-2-width models exceed IREE's default 32 KiB
 # stack limit ("exceeded stack allocation limit"); 256 KiB makes them compile.
@@ -26,6 +26,9 @@ class CpuTarget(Target):
     default_arch: ClassVar[str] = "host"
     archs: ClassVar[tuple[str, ...]] = ("host", "<LLVM CPU name: znver4, skylake-avx512, ...>")
     needs: ClassVar[str] = "nothing: IREE's local-task driver on this CPU (host) or one of that LLVM CPU name"
+    # IREE's CPU attention kernel is far slower than attention written out (targets/base.py)
+    stages: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = DECOMPOSED_ATTENTION_STAGES
+    fallbacks: ClassVar[tuple[tuple[str, str], ...]] = DECOMPOSED_ATTENTION_FALLBACKS
 
     def __post_init__(self):
         if not _CPU_NAME.match(self.arch):

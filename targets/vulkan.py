@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import DEFAULT_STAGES, GpuTarget
+from .base import DECOMPOSED_ATTENTION_FALLBACKS, DECOMPOSED_ATTENTION_STAGES, GpuTarget
 
 # The default: our own conservative description, because no IREE 3.13 Vulkan target is both
 # safe everywhere and able to compile the e2e models. vp_android_baseline_2022 (SPIR-V 1.3,
@@ -55,11 +55,8 @@ IREE_KNOWS = frozenset({"a100", "rtx3090", "rtx4090", "rx7900xtx"})
 # attention op does not ("'iree_linalg_ext.online_attention' op result #0 must be ... ranked
 # tensor ..., got memref"); in fp16 it is the other way round on GPU targets. So the decomposed
 # lowering comes first and sdpa is the fallback.
-STAGES = tuple(
-    (name, ("lower-cuvil-to-torch{attention=decomposed}", "verify-no-cuvil") if name == "lowered" else passes)
-    for name, passes in DEFAULT_STAGES
-)
-FALLBACKS = (("lower-cuvil-to-torch{attention=decomposed}", "lower-cuvil-to-torch{attention=sdpa}"),)
+STAGES = DECOMPOSED_ATTENTION_STAGES
+FALLBACKS = DECOMPOSED_ATTENTION_FALLBACKS
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,27 @@
 """Build everything the H200 measurement needs, on this (CPU) machine, into the git-ignored .gpu/.
 
-    python benchmarks/gpu/build.py fetch      # IREE runtime wheel (cp312, trimmed) + Debian's libvulkan1 .deb
+    python benchmarks/gpu/build.py fetch      # IREE runtime wheel (cp312, trimmed) + Debian's libvulkan1, libglvnd0 .debs
+    python benchmarks/gpu/build.py fetch-tf   # transformers (trimmed) for the torch side of the HF models
     python benchmarks/gpu/build.py compile    # every model x batch x variant -> .gpu/cases/<model>-b<batch>/
     python benchmarks/gpu/build.py pack       # split the cases into runs that fit the device tool -> .gpu/runN/
     python benchmarks/gpu/build.py all        # the three, in order
 
-Variants of each case (one .vmfb each):
+Variants of each case (one .vmfb each; VARIANTS below; --variants default|ablation|precision|NAME,...):
   cuvil_h200            cuvil_mlir.compile(target="cuda:h200")            hopper-mode=ptx-jit (sm_89 PTX)
   cuvil_h200_td         cuvil_mlir.compile(target="cuda:h200{hopper-mode=target-description}")  (sm_90 PTX)
-  cuvil_sm_89           cuvil_mlir.compile(target="cuda:sm_89")           (same flags as ptx-jit: deduplicated)
-  plain_h200            torch_mlir.fx.export_and_import -> bytecode -> iree.compiler.compile_str with the
-                        flags of cuda:h200: IREE without any Cuvil code
+  cuvil_sm90_td         the same description without the chip entry
+  plain_h200            cuvil_mlir.pipeline.compile_plain_iree (torch-mlir's import, default decompositions)
+                        with the flags of cuda:h200: IREE without any Cuvil pass
   cuvil_vulkan_ampere   cuvil_mlir.compile(target="vulkan:ampere")
-  cuvil_vulkan          cuvil_mlir.compile(target="vulkan")              (portable; fp32 compute only)
-  cuvil_sm_86           cuvil_mlir.compile(target="cuda:sm_86")           (Ampere PTX, JIT-compiled for sm_90)
-  *_f32                 the same, from the fp32 model only
-Every other variant is compiled from the fp16 model (``.half()`` on model and float inputs); where fp16 fails
-to compile, from the fp32 model, and case.json says so. Inputs and the PyTorch CPU reference outputs
-(from the fp32 model on the same input values) are saved as .npy beside the modules.
+  cuvil_h200_int8w ...  precision policies (int8-weight, int4-weight, fp16); *_f32: from the fp32 model
+  cuvil_h200_no_<pass>  one fusion pass disabled (not built when the pass fired nowhere in cuvil_h200)
+Every variant not ending in _f32 is compiled from the fp16 model (``.half()`` on model and float inputs);
+where fp16 fails to compile, from the fp32 model, and case.json says so. Inputs and the PyTorch CPU
+reference outputs (from the fp32 model on the same input values) are saved as .npy beside the modules.
+``pack`` compresses modules to .vmfb.xz (sign-weight models shrink ~10x; run_on_h200.py unpacks them).
 
-This file and run_on_h200.py are the only benchmark files that import iree.compiler: the plain-IREE
-baseline must not go through Cuvil.
+The plain-IREE baseline runs no Cuvil pass (cuvil_mlir.pipeline.compile_plain_iree, as the harness's
+plain-iree configuration).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import copy
 import hashlib
 import io
 import json
+import lzma
 import os
 import re
 import shutil
@@ -60,14 +62,23 @@ MODELS = {
     "cnn": ("small_cnn", {}),
     "transformer": ("transformer_block", {}),
     "gpt2": ("gpt2", {}),  # the e2e size: 2 layers, width 64, seq 16, vocab 256
-    # GPT-2-small width (d=768, 12 heads, seq 128), one layer so a fp16 module is ~15 MB
-    "gpt2s": ("gpt2", {"layers": 1, "d_model": 768, "heads": 12, "seq": 128}),
-    # the same width as one examples TransformerBlock: plain IREE cannot import HF GPT-2 at batch 8
-    "block768": ("gpt_block", {"seq": 128, "d_model": 768, "heads": 12}),
+    # GPT-2-small width (d=768, 12 heads, seq 128), 2 layers, vocab 256; sign weights so the ~28 MB
+    # fp16 module compresses to ~3 MB for the trip (gpu_models.py)
+    "gpt2s": ("gpt2", {"layers": 2, "d_model": 768, "heads": 12, "seq": 128, "weights": "sign"}),
+    # the same width as one examples TransformerBlock
+    "block768": ("gpt_block", {"seq": 128, "d_model": 768, "heads": 12, "weights": "sign"}),
+    # fusion ablation (issue 6 item 6): HF GPT-2 and a Llama layer with attention written out
+    # (attn="eager", so fuse-attention has something to fuse), d=768, at 512 and 2048 tokens
+    "abl-gpt2-t512": ("gpt2", {"layers": 1, "d_model": 768, "heads": 12, "seq": 512, "attn": "eager", "weights": "sign"}),
+    "abl-gpt2-t2048": ("gpt2", {"layers": 1, "d_model": 768, "heads": 12, "seq": 2048, "attn": "eager", "weights": "sign"}),
+    "abl-llama-t512": ("llama_ffn", {"layers": 1, "d_model": 768, "heads": 12, "kv_heads": 4, "ffn": 2048, "seq": 512, "weights": "sign"}),
+    "abl-llama-t2048": ("llama_ffn", {"layers": 1, "d_model": 768, "heads": 12, "kv_heads": 4, "ffn": 2048, "seq": 2048, "weights": "sign"}),
+    # precision (issue 5 item 4): normal random weights, so quantization error means something
+    "prec-block256": ("gpt_block", {"seq": 128, "d_model": 256, "heads": 4}),
 }
 BATCHES = (1, 8)
 
-# variant -> (how it is built, target spec)
+# variant -> (how it is built, target spec[, options for cuvil_mlir.compile])
 VARIANTS = {
     "cuvil_h200": ("cuvil", "cuda:h200"),
     "cuvil_h200_td": ("cuvil", "cuda:h200{hopper-mode=target-description}"),
@@ -83,10 +94,26 @@ VARIANTS = {
     "plain_h200_f32": ("plain", "cuda:h200"),
     "cuvil_vulkan_ampere": ("cuvil", "vulkan:ampere"),
     "cuvil_vulkan": ("cuvil", "vulkan"),
+    # only to try run_on_h200.py on this CPU machine (BENCH_TORCH_DEVICE=cpu); not measured there
+    "cuvil_cpu": ("cuvil", "cpu"),
+    # precision policies, from the fp32 model (names end in _f32: the fp32 model is the input)
+    "cuvil_h200_p16_f32": ("cuvil", "cuda:h200", {"precision": "fp16"}),
+    "cuvil_h200_int8w_f32": ("cuvil", "cuda:h200", {"precision": "int8-weight"}),
+    "cuvil_h200_int4w_f32": ("cuvil", "cuda:h200", {"precision": "int4-weight"}),
+    # and from the fp16 model: weight-only int8/int4 with fp16 activations
+    "cuvil_h200_int8w": ("cuvil", "cuda:h200", {"precision": "int8-weight"}),
+    "cuvil_h200_int4w": ("cuvil", "cuda:h200", {"precision": "int4-weight"}),
+    # fusion ablation on cuda:h200: one fusion pass off each
+    **{f"cuvil_h200_no_{p.removeprefix('fuse-').replace('-', '_')}": ("cuvil", "cuda:h200", {"disabled_passes": (p,)})
+       for p in ("fuse-conv-bn", "fuse-norms", "fuse-attention", "fuse-linear-epilogue", "fuse-gated-ffn", "fuse-horizontal")},
 }
-# Variants left out of a model by default: the fp32 portable Vulkan module of gpt2s is ~30 MB.
-SKIP = {"gpt2s": {"cuvil_vulkan"}, "block768": {"cuvil_vulkan", "cuvil_vulkan_ampere", "cuvil_sm90_td"},
-        **{m: {"cuvil_sm90_td"} for m in ("mlp", "cnn", "transformer", "gpt2")}}
+# what `compile` builds when --variants is not given
+DEFAULT_VARIANTS = ("cuvil_h200", "cuvil_h200_td", "plain_h200", "cuvil_vulkan_ampere")
+ABLATION_VARIANTS = ("cuvil_h200", *(v for v in VARIANTS if v.startswith("cuvil_h200_no_")), "plain_h200")
+PRECISION_VARIANTS = ("cuvil_h200", "cuvil_h200_f32", "cuvil_h200_p16_f32", "cuvil_h200_int8w_f32", "cuvil_h200_int4w_f32",
+                      "cuvil_h200_int8w", "cuvil_h200_int4w", "plain_h200", "plain_h200_f32")
+# Variants left out of a model by default
+SKIP = {"block768": {"cuvil_vulkan", "cuvil_vulkan_ampere", "cuvil_sm90_td"}}
 
 # What the device tool carries per run: 64 MiB for the whole tree; keep a margin for the repo itself.
 RUN_BUDGET_MIB = 62.0
@@ -113,11 +140,39 @@ def fetch(out: Path) -> None:
         w.unlink()
     for w in orig.glob("iree_base_runtime-*.whl"):
         trim_wheel(w, whl_dir / w.name)
-    if not list(deb_dir.glob("libvulkan1_*.deb")):
-        subprocess.run(["apt-get", "update", "-qq"], check=False)
-        subprocess.run(["apt-get", "download", "libvulkan1"], cwd=deb_dir, check=True)
+    # libglvnd0: NVIDIA's Vulkan ICD (libGLX_nvidia.so.0) needs libGLdispatch.so.0
+    for pkg in ("libvulkan1", "libglvnd0"):
+        if not list(deb_dir.glob(f"{pkg}_*.deb")):
+            subprocess.run(["apt-get", "update", "-qq"], check=False)
+            subprocess.run(["apt-get", "download", pkg], cwd=deb_dir, check=True)
     for p in sorted((out / "common").rglob("*.*")):
         log(f"  {p.relative_to(out)}: {p.stat().st_size / 2**20:.2f} MiB")
+
+
+# transformers for the GPU side's torch models (gpt2, llama), with the deps torch does not bring there
+TF_WHEELS = ("transformers==5.24.0", "huggingface_hub", "tokenizers", "safetensors", "regex", "pyyaml", "tqdm", "httpx2",
+             "httpcore2", "h11", "anyio", "idna", "typer", "click", "shellingham", "annotated_doc")
+TF_MODELS_KEPT = {"gpt2", "llama", "auto", "__pycache__"}
+
+
+def fetch_tf(out: Path) -> None:
+    """out/common/tfsite.tar.xz: transformers (cp312 wheels) unpacked and trimmed to the models the
+    benchmark builds (~6 MB); device_run.sh unpacks it where the GPU machine has no transformers."""
+    wheels, site = out / "tf-whl", out / "tfsite-build" / "tfsite"
+    wheels.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.12",
+                    "--implementation", "cp", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+                    "--platform", "manylinux2014_x86_64", "-d", str(wheels), TF_WHEELS[0]], check=True)
+    shutil.rmtree(site, ignore_errors=True)
+    site.mkdir(parents=True)
+    for name in TF_WHEELS:
+        base = name.split("==")[0].replace("-", "_")
+        for w in wheels.glob(f"{base}-*.whl"):
+            zipfile.ZipFile(w).extractall(site)
+    for d in (site / "transformers" / "models").iterdir():
+        if d.is_dir() and d.name not in TF_MODELS_KEPT:
+            shutil.rmtree(d)
+    subprocess.run(["tar", "-cJf", str(out / "common" / "tfsite.tar.xz"), "-C", str(site.parent), "tfsite"], check=True)
 
 
 # Inside the wheel we keep the Python packages, the runtime extension and these tools.
@@ -172,29 +227,23 @@ def half_inputs(args):
     return tuple(a.half() if a.is_floating_point() else a for a in args)
 
 
-def compile_cuvil(model, args, spec: str):
+def compile_cuvil(model, args, spec: str, **options):
     import cuvil_mlir
 
-    cm = cuvil_mlir.compile(model, args, target=spec)
+    cm = cuvil_mlir.compile(model, args, target=spec, **options)
     m = cm.modules[0]
     return m.vmfb, {"iree_flags": list(m.iree_flags), "passes": list(m.passes),
                     "compile_breakdown_s": cm.metadata["compile_seconds"], "patterns_fired": cm.patterns_fired}
 
 
 def compile_plain(model, args, spec: str):
-    """torch-mlir's own import (default decompositions) straight into IREE with the target's flags."""
-    import iree.compiler
-    from torch_mlir import fx
+    """IREE without Cuvil: cuvil_mlir.pipeline.compile_plain_iree, i.e. torch-mlir's FX import with
+    its default decompositions straight into IREE with the target's flags (no Cuvil pass runs; the
+    same baseline as the harness's plain-iree configuration)."""
+    from cuvil_mlir.pipeline import Options, compile_plain_iree
 
-    from cuvil_mlir.targets import parse_target
-
-    flags = parse_target(spec).iree_flags()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        module = fx.export_and_import(model, *args, output_type="torch")
-    buf = io.BytesIO()
-    module.operation.write_bytecode(buf)
-    return iree.compiler.compile_str(buf.getvalue(), input_type="torch", extra_args=flags), {"iree_flags": flags}
+    cm = compile_plain_iree(model, args, Options(target=spec))
+    return cm.modules[0].vmfb, {"iree_flags": list(cm.modules[0].iree_flags)}
 
 
 COMPILERS = {"cuvil": compile_cuvil, "plain": compile_plain}
@@ -240,13 +289,22 @@ def compile_case(name: str, batch: int, variants: list[str], out: Path) -> dict:
         case["variants"] = {v: i for v, i in json.loads(old.read_text())["variants"].items() if v not in variants}
     by_hash = {i["sha256"]: v for v, i in case["variants"].items() if "file" in i}
     for variant in variants:
-        how, spec = VARIANTS[variant]
-        info = {"how": how, "target": spec, "driver": spec.split(":")[0].split("{")[0], "attempts": []}
+        how, spec, *rest = VARIANTS[variant]
+        options = rest[0] if rest else {}
+        info = {"how": how, "target": spec, "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}, "driver": {"cpu": "local-task"}.get(d := spec.split(":")[0].split("{")[0], d), "attempts": []}
+        fired = case["variants"].get("cuvil_h200", {}).get("patterns_fired")
+        off = [p for p in options.get("disabled_passes", ()) if fired is not None and not fired.get(p)]
+        if off:  # the module would be cuvil_h200's again: not compiled, and said so
+            info.update(status="same", same_reason=f"{', '.join(off)} fired nowhere in cuvil_h200", attempts=[])
+            info["same_as"] = "cuvil_h200"
+            case["variants"][variant] = info
+            log(f"    {variant}: not built, {info['same_reason']}")
+            continue
         tries = (("float16", model16, args16), ("float32", model32, ref_args))
         for dtype, model, args in tries[1:] if variant.endswith("_f32") else tries:
             start = time.perf_counter()
             try:
-                vmfb, extra = COMPILERS[how](model, args, spec)
+                vmfb, extra = COMPILERS[how](model, args, spec, **options)
             except Exception as e:  # a failing variant is a result: record it, try fp32, go on
                 info["attempts"].append({"dtype": dtype, "status": failure_text(e), "compile_s": round(time.perf_counter() - start, 2)})
                 log(f"    {variant} {dtype}: FAILED {failure_text(e)[:200]}")
@@ -315,8 +373,17 @@ def pack(out: Path, budget_mib: float, runs_spec: str = "") -> list[Path]:
         for case_dir, files in run.items():
             dst = run_dir / case_dir.name
             dst.mkdir(parents=True)
+            dtypes = {i.get("dtype") for i in json.loads((case_dir / "case.json").read_text())["variants"].values()}
             for f in files:
-                os.link(f, dst / f.name)
+                if f.name.endswith("_float32.npy") and "float32" not in dtypes:
+                    continue  # no fp32 module and no fp32 torch run: the fp32 inputs stay here
+                if f.suffix == ".vmfb":  # xz: sign-weight modules shrink ~10x; run_on_h200.py unpacks them
+                    xz = f.with_name(f.name + ".xz")
+                    if not xz.exists() or xz.stat().st_mtime < f.stat().st_mtime:
+                        xz.write_bytes(lzma.compress(f.read_bytes(), preset=0))
+                    os.link(xz, dst / xz.name)
+                else:
+                    os.link(f, dst / f.name)
             (dst / "torch.flag").write_text("0" if case_dir in seen else "1")
             seen.add(case_dir)
         total = common + size_mib(p for p in run_dir.rglob("*") if p.is_file())
@@ -325,11 +392,12 @@ def pack(out: Path, budget_mib: float, runs_spec: str = "") -> list[Path]:
         if total > budget_mib:
             log(f"  {run_dir.name}: OVER the budget of {budget_mib} MiB")
         paths.append(run_dir)
+    log("  (modules travel as .vmfb.xz; the sizes above are the compressed ones)")
     return paths
 
 
 def _small_files(case_dir: Path) -> list[Path]:
-    return [p for p in case_dir.iterdir() if p.suffix != ".vmfb" and p.name != "torch.flag"]
+    return [p for p in case_dir.iterdir() if p.suffix not in (".vmfb", ".xz") and p.name != "torch.flag"]
 
 
 def _runs_from_spec(cases: list[Path], spec: str) -> list[dict[Path, list[Path]]]:
@@ -378,19 +446,27 @@ def _case_order(case_dir: Path):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("step", choices=("fetch", "compile", "pack", "all"))
+    p.add_argument("step", choices=("fetch", "fetch-tf", "compile", "pack", "all"))
     p.add_argument("--out", type=Path, default=GPU_DIR)
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--batches", default=",".join(map(str, BATCHES)))
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                   help="comma-separated, or the sets: default, ablation, precision")
     p.add_argument("--budget-mib", type=float, default=RUN_BUDGET_MIB)
     p.add_argument("--runs", default="", help='pack: e.g. "mlp,cnn,gpt2s-b8;gpt2,gpt2s-b1:cuvil_h200+cuvil_h200_td"')
     opts = p.parse_args()
     opts.out.mkdir(parents=True, exist_ok=True)
     if opts.step in ("fetch", "all"):
         fetch(opts.out)
+    if opts.step in ("fetch-tf", "all"):
+        fetch_tf(opts.out)
     if opts.step in ("compile", "all"):
-        compile_all(opts.out, opts.models.split(","), [int(b) for b in opts.batches.split(",")], opts.variants.split(","))
+        sets = {"default": DEFAULT_VARIANTS, "ablation": ABLATION_VARIANTS, "precision": PRECISION_VARIANTS}
+        variants = list(dict.fromkeys(v for item in opts.variants.split(",") for v in sets.get(item, (item,))))
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown:
+            raise SystemExit(f"unknown variants {unknown}; variants: {', '.join(VARIANTS)}")
+        compile_all(opts.out, opts.models.split(","), [int(b) for b in opts.batches.split(",")], variants)
     if opts.step in ("pack", "all"):
         pack(opts.out, opts.budget_mib, opts.runs)
 

@@ -1,20 +1,29 @@
 #!/bin/bash
 # On the H200 (device tool), from the repo root: install the IREE runtime wheel and the Vulkan loader,
 # stage cuvil_mlir (its runtime side: no torch-mlir, no IREE compiler), then measure the run folders
-# given (benchmarks/gpu/run_on_h200.py) and, if .gpu/cmp exists, run `cuvil compare --from .gpu/cmp`.
-#   bash benchmarks/gpu/device_run.sh .gpu/run1 [...]
+# given (benchmarks/gpu/run_on_h200.py) and, if CMP=DIR is set (a `cuvil compare --build-only DIR`),
+# run `cuvil compare --from DIR` with every PyTorch competitor.
+#   DEADLINE=420 CMP=.gpu/cmp bash benchmarks/gpu/device_run.sh .gpu/run1 [...]
 set -u
-export PYTHONUNBUFFERED=1 TORCH_FP32=${TORCH_FP32:-transformer,gpt2}
+export PYTHONUNBUFFERED=1 TORCH_FP32=${TORCH_FP32:-all}
 SITE=/tmp/iree-site; CV=/tmp/cv
-python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .gpu/common/whl/*.whl || exit 1
+# the runtime wheel, and rich (+ its deps) for `cuvil compare`'s table (matplotlib is not there: the PNG is made here)
+python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .gpu/common/whl/*.whl .gpu/common/pywhl/*.whl || exit 1
 for f in .gpu/common/deb/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=$(ls /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd*.json 2>/dev/null | head -1)
+export VK_DRIVER_FILES=$(ls /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd*.json /usr/share/vulkan/icd.d/nvidia_icd*.json /etc/vulkan/icd.d/nvidia_icd*.json 2>/dev/null | head -1)
 mkdir -p $CV && cp -r cuvil_mlir $CV/ && cp -r dialects $CV/cuvil_mlir/dialects && cp -r lowering $CV/cuvil_mlir/lowering && cp -r targets $CV/cuvil_mlir/targets
 export PYTHONPATH=$CV:$SITE IREE_SITE=$SITE
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
-python3 benchmarks/gpu/run_on_h200.py "$@" --out $OUT --deadline ${DEADLINE:-400} 2>&1 | tee $OUT/run.log | grep -v "^ \|^{\|^}"
-if [ -d .gpu/cmp ]; then
+# Hugging Face models (gpt2, llama) for the torch side: transformers trimmed to gpt2/llama/auto and the
+# deps torch does not already bring (build.py fetch-tf), used only where the machine has no transformers
+if ! python3 -c "import transformers" 2>/dev/null && [ -f .gpu/common/tfsite.tar.xz ]; then
+  tar -xJf .gpu/common/tfsite.tar.xz -C /tmp && export PYTHONPATH=$PYTHONPATH:/tmp/tfsite
+fi
+python3 -c "import transformers; print('transformers', transformers.__version__, transformers.__file__)" 2>&1 | tail -1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,pstate --format=csv | tee $OUT/nvidia-smi.txt
+if [ "$#" -gt 0 ]; then
+  python3 benchmarks/gpu/run_on_h200.py "$@" --out $OUT --deadline ${DEADLINE:-400} 2>&1 | tee $OUT/run.log | grep -v "^ \|^{\|^}\|^\[\|^Traceback"
+fi
+if [ -n "${CMP:-}" ] && [ -d "$CMP" ]; then
   python3 -c "import sys; from cuvil_mlir.cli import main; sys.argv=['cuvil']+sys.argv[1:]; sys.exit(main())" \
-    compare --from .gpu/cmp --json $OUT/compare.json --plot $OUT/compare.png -q 2>&1 | tee $OUT/compare.txt
-  python3 -c "import torch; ep=torch.export.load('.gpu/cmp/model.pt2'); print('pt2 from torch 2.13 loads in', torch.__version__, ep.module()(torch.randn(2,16,64)).shape)" 2>&1 | tail -2 | tee $OUT/pt2.txt
+    compare --from $CMP --json $OUT/compare.json -q 2>&1 | tee $OUT/compare.txt | tail -40
 fi

@@ -1,7 +1,7 @@
 """Turn the results-*.json files that run_on_h200.py wrote on the GPU machine into
-benchmarks/results/gpu-h200-<date>.md and .json.
+benchmarks/results/gpu-<kind>-<date>.md and .json (kind: e2e, ablation, precision).
 
-    python benchmarks/gpu/report.py /work/.device/.../results-run1.json ... [--runs-note TEXT]
+    python benchmarks/gpu/report.py e2e .../results-run1.json ... --date 2026-12-03 [--cases mlp,gpt2] [--note TEXT]
 """
 
 from __future__ import annotations
@@ -9,26 +9,30 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
 
 # columns of the latency table: (label, where in a case's results)
 IREE_COLS = [
     ("cuvil h200 ptx-jit (= sm_89)", "cuvil_h200"),
     ("cuvil h200 target-description", "cuvil_h200_td"),
+    ("cuvil sm_90 target-description (no chip)", "cuvil_sm90_td"),
     ("plain IREE (h200 ptx-jit flags)", "plain_h200"),
     ("cuvil vulkan:ampere", "cuvil_vulkan_ampere"),
     ("cuvil vulkan (portable)", "cuvil_vulkan"),
 ]
 TORCH_COLS = [("torch eager", "eager"), ("torch.compile", "compile_default"), ("reduce-overhead", "compile_reduce_overhead")]
-MODEL_ORDER = ["mlp", "cnn", "transformer", "gpt2", "gpt2s"]
+MODEL_ORDER = ["mlp", "cnn", "transformer", "gpt2", "gpt2s", "block768"]
 MODEL_DESC = {
     "mlp": "MLP 64-256-256-32 (gelu, silu)",
     "cnn": "SmallCNN 3-16-32 conv+BN+ReLU+pool, 32x32",
-    "transformer": "pre-norm GPT block d=64, 4 heads, T=16",
+    "transformer": "pre-norm GPT block d=64, 4 heads, T=16 (examples TransformerBlock)",
     "gpt2": "HF GPT-2, 2 layers, d=64, 4 heads, T=16, vocab 256",
-    "gpt2s": "HF GPT-2, 1 layer, d=768, 12 heads, T=128, vocab 256 (GPT-2-small width)",
+    "gpt2s": "HF GPT-2, 2 layers, d=768, 12 heads, T=128, vocab 256 (GPT-2-small width), sign weights",
+    "block768": "examples TransformerBlock d=768, 12 heads, T=128 (GPT-2-small width), sign weights",
 }
 
 
@@ -121,17 +125,17 @@ def markdown(data: dict, date: str, note: str) -> str:
           "| case | " + " | ".join(lbl for lbl, _ in IREE_COLS + TORCH_COLS) + " |", "|---" * (1 + len(IREE_COLS) + len(TORCH_COLS)) + "|"]
     for n in names:
         L.append(f"| {n} | " + " | ".join(cell_ms(cases[n], k) for _, k in IREE_COLS + TORCH_COLS) + " |")
-    L += ["", "## Ratios (other / this: above 1x means this IREE module is faster)", "",
-          "| case | " + " | ".join(f"{lbl} vs reduce-overhead | vs eager" for lbl, _ in IREE_COLS[:4]) + " | torch.compile vs eager | reduce-overhead vs eager |",
-          "|---" * (3 + 2 * 4) + "|"]
+    L += ["", "## Ratios (torch time / IREE time: above 1x the IREE module is faster, below 1x PyTorch is)", "",
+          "cuvil = `cuda:h200` as shipped (ptx-jit); best torch = the fastest of eager, torch.compile, reduce-overhead.", "",
+          "| case | cuvil vs eager | cuvil vs torch.compile | cuvil vs reduce-overhead | cuvil vs best torch | cuvil vs plain IREE | "
+          "vulkan:ampere vs cuvil cuda |", "|---|---|---|---|---|---|---|"]
     for n in names:
         c = cases[n]
-        ro, eager = latency(c, "compile_reduce_overhead"), latency(c, "eager")
-        cells = []
-        for _, k in IREE_COLS[:4]:
-            cells += [ratio(ro, latency(c, k)), ratio(eager, latency(c, k))]
-        cells += [ratio(eager, latency(c, "compile_default")), ratio(eager, ro)]
-        L.append(f"| {n} | " + " | ".join(cells) + " |")
+        cu = latency(c, "cuvil_h200")
+        torch_ms = [latency(c, k) for _, k in TORCH_COLS]
+        best = min((t for t in torch_ms if t), default=None)
+        L.append(f"| {n} | {ratio(torch_ms[0], cu)} | {ratio(torch_ms[1], cu)} | {ratio(torch_ms[2], cu)} | {ratio(best, cu)} | "
+                 f"{ratio(latency(c, 'plain_h200'), cu)} | {ratio(cu, latency(c, 'cuvil_vulkan_ampere'))} |")
     L += ["", "## Numerics: max|out - ref| / max|ref| against the PyTorch CPU fp32 reference", "",
           "(same input values; fp16 modules, so ~1e-3 is expected; flagged above 2e-2)", "",
           "| case | " + " | ".join(lbl for lbl, _ in IREE_COLS + TORCH_COLS) + " |", "|---" * (1 + len(IREE_COLS) + len(TORCH_COLS)) + "|"]
@@ -180,21 +184,184 @@ def markdown(data: dict, date: str, note: str) -> str:
     return "\n".join(L) + "\n"
 
 
+# ---------------------------------------------------------------- ablation and precision
+
+
+def header(data: dict, title: str, note: str) -> list[str]:
+    r0 = data["runs"][0]
+    m, v = r0["machine"], r0["versions"]
+    smi = m.get("nvidia_smi") if isinstance(m.get("nvidia_smi"), dict) else {}
+    return [f"# {title}", "",
+            f"- machine: {smi.get('name', '?')}, driver {smi.get('driver_version', '?')}, CUDA {m.get('cuda_version_smi', '?')}, "
+            f"{smi.get('memory.total', '?')}, {m.get('cpus')} CPUs; SM clock at start {smi.get('clocks.sm', '?')} "
+            f"(max {smi.get('clocks.max.sm', '?')}), {smi.get('temperature.gpu', '?')} C, {smi.get('pstate', '?')}",
+            "- versions there: " + ", ".join(f"{k} {val}" for k, val in v.items()) + f", Python {m.get('python')}",
+            "- built on the CPU machine with `benchmarks/gpu/build.py` (`.gpu/build.json`); run there with "
+            "`bash benchmarks/gpu/device_run.sh .gpu/runN` (benchmarks/gpu/run_on_h200.py) — " + note,
+            "- IREE latency: `iree-benchmark-module " + " ".join(r0["bench_flags"]) + "` (median of 10 repetitions; p10-p90)",
+            f"- PyTorch: {r0['torch_timing']}; median (p10-p90)",
+            "- runs: " + "; ".join(f"{r['run']} ({r.get('elapsed_s')} s, started {r['date']})" for r in data["runs"]), ""]
+
+
+def fired_passes(row: dict) -> str:
+    fired = row.get("patterns_fired") or {}
+    return ", ".join(f"{p}: " + "+".join(f"{k}x{n}" for k, n in pats.items()) for p, pats in fired.items()
+                     if p.startswith("fuse-") and pats) or "none"
+
+
+def ablation_markdown(data: dict, build: dict, date: str, note: str) -> str:
+    cases = data["cases"]
+    L = header(data, f"H200: fusion ablation on cuda:h200, fp16 ({date})", note)
+    L += ["Each row switches one fusion pass off (`disabled_passes=(pass,)`); a pass that fired nowhere in the "
+          "default module is not rebuilt (its row would be the default module again). delta = (without - default) / "
+          "default: **positive means the pass makes the model faster**. Plain IREE = no Cuvil at all.", ""]
+    for n in sorted(cases):
+        c = cases[n]
+        meta = build.get(n, {})
+        base = latency(c, "cuvil_h200")
+        L += [f"## {n}: {meta.get('builder', '')} {json.dumps(meta.get('kwargs', {}))}", "",
+              f"fusion passes that fired (default): {fired_passes(meta.get('variants', {}).get('cuvil_h200', {}))}", "",
+              "| configuration | median ms (p10-p90) | delta vs default | max rel err |", "|---|---|---|---|"]
+        for k, row in c["iree"].items():
+            label = "default (all passes)" if k == "cuvil_h200" else ("plain IREE" if k == "plain_h200" else
+                                                                      "without fuse-" + k.removeprefix("cuvil_h200_no_").replace("_", "-"))
+            if "same_as" in row:
+                L.append(f"| {label} | = default ({row['status'].removeprefix('same module as cuvil_h200').strip(' ()')}) | - | - |")
+                continue
+            ms = latency(c, k)
+            d = f"{(ms - base) / base * 100:+.1f}%" if ms and base and k != "cuvil_h200" else "-"
+            L.append(f"| {label} | {cell_ms(c, k)} | {d} | {err_cell(row)} |")
+        t = c.get("torch") or {}
+        for lbl, k in TORCH_COLS:
+            if isinstance(t.get(k), dict):
+                L.append(f"| {lbl} | {cell_ms(c, k)} | {ratio(latency(c, k), base)} of default's time | "
+                         f"{t[k].get('max_rel_err', float('nan')):.1e} |")
+        L.append("")
+    return "\n".join(L) + "\n"
+
+
+PREC_ROWS = [  # (label, variant, torch dtype it is compared with)
+    ("cuvil fp32 (fp32 model)", "cuvil_h200_f32", "float32"),
+    ("plain IREE fp32", "plain_h200_f32", "float32"),
+    ("cuvil precision=fp16 (fp32 model)", "cuvil_h200_p16_f32", "float16"),
+    ("cuvil int8-weight (fp32 model, fp32 activations)", "cuvil_h200_int8w_f32", "float32"),
+    ("cuvil int4-weight (fp32 model, fp32 activations)", "cuvil_h200_int4w_f32", "float32"),
+    ("cuvil fp16 (model.half())", "cuvil_h200", "float16"),
+    ("plain IREE fp16 (model.half())", "plain_h200", "float16"),
+    ("cuvil int8-weight (fp16 model)", "cuvil_h200_int8w", "float16"),
+    ("cuvil int4-weight (fp16 model)", "cuvil_h200_int4w", "float16"),
+]
+
+
+def torch_at(case: dict, dtype: str, mode: str):
+    t = case.get("torch") or {}
+    t = t.get("float32", {}) if dtype == "float32" else t
+    t = t.get(mode) or {}
+    return t.get("median_ms") if t.get("status") == "ok" else None
+
+
+def precision_markdown(data: dict, build: dict, date: str, note: str) -> str:
+    cases = data["cases"]
+    L = header(data, f"H200: precision policies on cuda:h200 ({date})", note)
+    L += ["Module size is the .vmfb (weights embedded). Ratios: torch time / cuvil time at the precision the row computes "
+          "in (fp32 rows against torch fp32, fp16 and weight-only rows with fp16 activations against torch fp16); "
+          "above 1x cuvil is faster. PyTorch has no int8/int4 weight-only mode here (no torchao on the GPU machine), so "
+          "the weight-only rows are compared with torch at their activation precision. Errors: against the PyTorch "
+          "CPU fp32 reference.", ""]
+    for n in sorted(cases):
+        c = cases[n]
+        meta = build.get(n, {})
+        sign = meta.get("kwargs", {}).get("weights") == "sign"
+        L += [f"## {n}: {meta.get('builder', '')} {json.dumps(meta.get('kwargs', {}))}", ""]
+        if sign:
+            L += ["Sign weights (two values per tensor): int8/int4 quantize them exactly, so their errors here say "
+                  "nothing about quantization quality; sizes and speeds are real.", ""]
+        L += ["| variant | module MiB | median ms (p10-p90) | vs torch eager | vs torch.compile | vs reduce-overhead | max rel err |",
+              "|---|---|---|---|---|---|---|"]
+        for label, k, dt in PREC_ROWS:
+            row = iree_row(c, k)
+            if not row:
+                continue
+            size = row.get("bytes")
+            ms = latency(c, k)
+            L.append(f"| {label} | {size / 2**20:.2f} | {cell_ms(c, k)} | " if size else f"| {label} | - | {cell_ms(c, k)} | ")
+            L[-1] += " | ".join(ratio(torch_at(c, dt, m), ms) for m in ("eager", "compile_default", "compile_reduce_overhead"))
+            L[-1] += f" | {err_cell(row)} |"
+        for dt in ("float32", "float16"):
+            cells = [f"{torch_at(c, dt, m):.3f}" if torch_at(c, dt, m) else "-" for m in ("eager", "compile_default", "compile_reduce_overhead")]
+            L.append(f"| torch {dt} eager / compile / reduce-overhead (ms) | - | {' / '.join(cells)} | | | | |")
+        L.append("")
+    return "\n".join(L) + "\n"
+
+
+def build_cases() -> dict:
+    """case name -> its case.json (builder, kwargs, variants with patterns_fired and sizes)."""
+    out = {}
+    for f in (REPO / ".gpu" / "cases").glob("*/case.json"):
+        out[f.parent.name] = json.loads(f.read_text())
+    return out
+
+
+def compare_files(report_json: Path, date: str, out: Path, note: str) -> str:
+    """The JSON `cuvil compare --from DIR --json` wrote there -> gpu-compare-<date>.{json,md,png}:
+    the table as `cuvil compare` prints it (cuvil_mlir.render, which works from the JSON alone) and its chart."""
+    import io
+
+    from rich.console import Console
+
+    from cuvil_mlir import render
+
+    report = json.loads(report_json.read_text())
+    stem = out / f"gpu-compare-{date}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    render.plot(report, stem.with_suffix(".png"))
+    console = Console(file=io.StringIO(), width=200, record=True)
+    console.print(render.table(report))
+    m = report.get("machine", {})
+    md = [f"# H200: `cuvil compare --from` ({date})", "", note, "",
+          f"- machine (there): {json.dumps({k: m[k] for k in list(m)[:8]})}",
+          f"- versions (there): {json.dumps(report.get('versions', {}))}",
+          f"- settings: {json.dumps(report.get('settings', {}))}", "", "```", console.export_text().rstrip(), "```", "",
+          f"Chart: gpu-compare-{date}.png; the full report: gpu-compare-{date}.json.", ""]
+    stem.with_suffix(".md").write_text("\n".join(md))
+    return "\n".join(md)
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "compare":
+        p = argparse.ArgumentParser()
+        p.add_argument("kind")
+        p.add_argument("report", type=Path)
+        p.add_argument("--date", required=True)
+        p.add_argument("--note", default="")
+        p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+        opts = p.parse_args()
+        print(compare_files(opts.report, opts.date, opts.out, opts.note))
+        return
     p = argparse.ArgumentParser()
+    p.add_argument("kind", choices=("e2e", "ablation", "precision"))
     p.add_argument("results", type=Path, nargs="+")
     p.add_argument("--date", required=True)
     p.add_argument("--note", default="")
+    p.add_argument("--cases", default="", help="comma-separated case-name prefixes to keep (default all)")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     opts = p.parse_args()
     data = merge(opts.results)
-    build = REPO / ".gpu" / "build.json"
-    if build.exists():
-        data["build"] = json.loads(build.read_text())
+    keep = tuple(filter(None, opts.cases.split(",")))
+    if keep:
+        data["cases"] = {k: v for k, v in data["cases"].items() if k.startswith(keep)}
+    build = build_cases()
+    data["build"] = {k: v for k, v in build.items() if k in data["cases"]}
     opts.out.mkdir(parents=True, exist_ok=True)
-    (opts.out / f"gpu-h200-{opts.date}.json").write_text(json.dumps(data, indent=1))
-    md = markdown(data, opts.date, opts.note)
-    (opts.out / f"gpu-h200-{opts.date}.md").write_text(md)
+    stem = opts.out / f"gpu-{opts.kind}-{opts.date}"
+    stem.with_suffix(".json").write_text(json.dumps(data, indent=1))
+    if opts.kind == "e2e":
+        md = markdown(data, opts.date, opts.note)
+    elif opts.kind == "ablation":
+        md = ablation_markdown(data, build, opts.date, opts.note)
+    else:
+        md = precision_markdown(data, build, opts.date, opts.note)
+    stem.with_suffix(".md").write_text(md)
     print(md)
 
 

@@ -300,6 +300,8 @@ def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool)
     modes = {"eager": lambda: eager}
     modes["compile_default"] = lambda: torch.compile(model, dynamic=False)
     modes["compile_reduce_overhead"] = lambda: torch.compile(model, mode="reduce-overhead", dynamic=False)
+    if os.environ.get("TORCH_MODES"):  # e.g. eager,compile_reduce_overhead: fewer torch.compile runs
+        modes = {k: v for k, v in modes.items() if k in os.environ["TORCH_MODES"].split(",")}
     for mode, make in modes.items():
         torch._dynamo.reset()
         try:
@@ -377,6 +379,27 @@ def time_torch(call) -> dict:
             "wall_p90_ms": float(np.percentile(wall, 90))}
 
 
+# ---------------------------------------------------------------- unpacking
+
+
+def _unxz(path: str) -> None:
+    import lzma
+
+    src = Path(path)
+    src.with_suffix("").write_bytes(lzma.decompress(src.read_bytes()))
+
+
+def unpack(runs: list[Path]) -> float:
+    """The modules travel as .vmfb.xz (build.py pack): decompress them beside themselves, in parallel."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    t0 = time.perf_counter()
+    files = [str(f) for r in runs for f in r.glob("*/*.vmfb.xz") if not f.with_suffix("").exists()]
+    with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+        list(pool.map(_unxz, files))
+    return round(time.perf_counter() - t0, 2)
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -405,8 +428,13 @@ def main() -> None:
     save = lambda: result_file.write_text(json.dumps(report, indent=1))  # noqa: E731
     save()
     log(json.dumps({k: report[k] for k in ("setup", "machine", "versions")}, indent=1))
+    report["unpack_s"] = unpack(opts.run)
+    save()
     wanted = set(filter(None, opts.cases.split(",")))
     case_dirs = [d for r in opts.run for d in sorted(r.iterdir()) if (d / "case.json").exists() and (not wanted or d.name in wanted)]
+    if wanted:  # in the order given: the first ones are measured before the deadline
+        order = [c for c in opts.cases.split(",") if c]
+        case_dirs.sort(key=lambda d: order.index(d.name))
     for case_dir in case_dirs:
         case = json.loads((case_dir / "case.json").read_text())
         res = report["cases"].setdefault(case["case"], {"model": case["model"], "batch": case["batch"], "iree": {}, "torch": None})
@@ -414,11 +442,11 @@ def main() -> None:
         for variant, info in case["variants"].items():
             row = {"target": info["target"], "how": info["how"], "dtype": info.get("dtype"),
                    "compile_attempts": info["attempts"], "bytes": info.get("bytes")}
-            if info["status"] != "ok":
-                row["status"] = "compile failed here: " + "; ".join(f"{a['dtype']}: {a['status']}" for a in info["attempts"])
-            elif "same_as" in info:
-                row["status"] = f"same module as {info['same_as']}"
+            if "same_as" in info:
+                row["status"] = f"same module as {info['same_as']}" + (f" ({info['same_reason']})" if "same_reason" in info else "")
                 row["same_as"] = info["same_as"]
+            elif info["status"] != "ok":
+                row["status"] = "compile failed here: " + "; ".join(f"{a['dtype']}: {a['status']}" for a in info["attempts"])
             elif not (case_dir / info["file"]).exists():
                 continue  # in another run folder
             elif time.monotonic() - start > opts.deadline:

@@ -83,7 +83,7 @@ func.func @norm(%x: !torch.vtensor<[1,128,768],f32>, %g: !torch.vtensor<[768],f3
 // -----
 
 func.func @bad_activation(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,3],f32> {
-  // ERR: // error: {{.*}}cuvil.mlir:[[# @LINE + 1]]:8: 'cuvil.linear' op activation must be one of none, relu, gelu, gelu_tanh, silu, sigmoid, swiglu, geglu, geglu_tanh, reglu; got 'tanh'
+  // ERR: // error: {{.*}}cuvil.mlir:[[# @LINE + 1]]:8: 'cuvil.linear' op activation must be one of none, relu, gelu, gelu_tanh, silu, sigmoid, relu6, swiglu, geglu, geglu_tanh, reglu; got 'tanh'
   %0 = "cuvil.linear"(%x, %w) {activation = "tanh", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,3],f32>
   return %0 : !torch.vtensor<[2,3],f32>
 }

@@ -166,7 +166,8 @@ func.func @conv2d_activations(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vten
 
 // -----
 
-// attention=decomposed: matmul(softmax(matmul(q, kᵀ) * scale, masked), v); causal is a constant
+// attention=decomposed: matmul(softmax(matmul(q, kᵀ) * scale, masked), v), the 4-D matmuls as
+// view + bmm + view (IREE's CPU code for a 4-D aten.matmul is far slower); causal is a constant
 // lower-triangular keep mask (no tril: its index math needs 64-bit integers).
 // DECOMP-LABEL: func.func @attention_causal_without_mask
 // DECOMP-SAME:    (%[[Q:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[K:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[V:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>)
@@ -174,11 +175,17 @@ func.func @conv2d_activations(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vten
 // DECOMP-DAG:     %[[NEG_INF:.+]] = torch.constant.float 0xFFF0000000000000
 // DECOMP-DAG:     %[[KEEP:[0-9]+]] = torch.vtensor.literal(dense<{{\[\[}}true, false, false, false, false], [true, true, false, false, false], {{.*}}, [true, true, true, true, true]]> : tensor<5x5xi1>) : !torch.vtensor<[5,5],i1>
 // DECOMP:         %[[KT:[0-9]+]] = torch.aten.transpose.int %[[K]], {{.*}} -> !torch.vtensor<[1,2,16,5],f32>
-// DECOMP:         %[[S:[0-9]+]] = torch.aten.matmul %[[Q]], %[[KT]] : {{.*}} -> !torch.vtensor<[1,2,5,5],f32>
+// DECOMP:         %[[Q3:[0-9]+]] = torch.aten.view %[[Q]], {{.*}} -> !torch.vtensor<[2,5,16],f32>
+// DECOMP:         %[[KT3:[0-9]+]] = torch.aten.view %[[KT]], {{.*}} -> !torch.vtensor<[2,16,5],f32>
+// DECOMP-NEXT:    %[[S3:[0-9]+]] = torch.aten.bmm %[[Q3]], %[[KT3]] : {{.*}} -> !torch.vtensor<[2,5,5],f32>
+// DECOMP:         %[[S:[0-9]+]] = torch.aten.view %[[S3]], {{.*}} -> !torch.vtensor<[1,2,5,5],f32>
 // DECOMP:         %[[SS:[0-9]+]] = torch.aten.mul.Scalar %[[S]], %[[SCALE]]
 // DECOMP:         %[[M:[0-9]+]] = torch.aten.where.ScalarOther %[[KEEP]], %[[SS]], %[[NEG_INF]]
 // DECOMP:         %[[P:[0-9]+]] = torch.aten.softmax.int %[[M]], %{{.+}}, %{{.+}} : {{.*}} -> !torch.vtensor<[1,2,5,5],f32>
-// DECOMP:         %[[O:[0-9]+]] = torch.aten.matmul %[[P]], %[[V]] : {{.*}} -> !torch.vtensor<[1,2,5,16],f32>
+// DECOMP:         %[[P3:[0-9]+]] = torch.aten.view %[[P]], {{.*}} -> !torch.vtensor<[2,5,5],f32>
+// DECOMP:         %[[V3:[0-9]+]] = torch.aten.view %[[V]], {{.*}} -> !torch.vtensor<[2,5,16],f32>
+// DECOMP-NEXT:    %[[O3:[0-9]+]] = torch.aten.bmm %[[P3]], %[[V3]] : {{.*}} -> !torch.vtensor<[2,5,16],f32>
+// DECOMP:         %[[O:[0-9]+]] = torch.aten.view %[[O3]], {{.*}} -> !torch.vtensor<[1,2,5,16],f32>
 // DECOMP-NEXT:    return %[[O]]
 // DECOMP-NOT:     scaled_dot_product_attention
 // CHECK-LABEL: func.func @attention_causal_without_mask

@@ -84,105 +84,6 @@ func.func @mm_transposed_with_t(%x: !torch.vtensor<[2,4],f32>) -> !torch.vtensor
 
 // -----
 
-// CHECK-LABEL: func.func @matmul_3d_input
-// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,5,4],f32>)
-// CHECK:         %[[W:[0-9]+]] = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>)
-// CHECK:         "cuvil.linear"(%[[X]], %[[W]]) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}
-// CHECK-SAME:      (!torch.vtensor<[2,5,4],f32>, !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,5,3],f32>
-// CHECK-NOT:     torch.aten.matmul
-func.func @matmul_3d_input(%x: !torch.vtensor<[2,5,4],f32>) -> !torch.vtensor<[2,5,3],f32> {
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>) : !torch.vtensor<[3,4],f32>
-  %perm = torch.prim.ListConstruct %int1, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
-  %wt = torch.aten.permute %w, %perm : !torch.vtensor<[3,4],f32>, !torch.list<int> -> !torch.vtensor<[4,3],f32>
-  %0 = torch.aten.matmul %x, %wt : !torch.vtensor<[2,5,4],f32>, !torch.vtensor<[4,3],f32> -> !torch.vtensor<[2,5,3],f32>
-  return %0 : !torch.vtensor<[2,5,3],f32>
-}
-
-// -----
-
-// CHECK-LABEL: func.func @addmm
-// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,4],f32>)
-// CHECK-DAG:     %[[W:[0-9]+]] = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>)
-// CHECK-DAG:     %[[B:[0-9]+]] = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>)
-// CHECK:         "cuvil.linear"(%[[X]], %[[W]], %[[B]]) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>}
-// CHECK-NOT:     torch.aten.addmm
-func.func @addmm(%x: !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,3],f32> {
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>) : !torch.vtensor<[3,4],f32>
-  %b = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>) : !torch.vtensor<[3],f32>
-  %perm = torch.prim.ListConstruct %int1, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
-  %wt = torch.aten.permute %w, %perm : !torch.vtensor<[3,4],f32>, !torch.list<int> -> !torch.vtensor<[4,3],f32>
-  %0 = torch.aten.addmm %b, %x, %wt, %int1, %int1 : !torch.vtensor<[3],f32>, !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,3],f32>, !torch.int, !torch.int -> !torch.vtensor<[2,3],f32>
-  return %0 : !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
-// A separate bias add after the linear folds into it.
-// CHECK-LABEL: func.func @mm_then_bias_add
-// CHECK-DAG:     %[[W:[0-9]+]] = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>)
-// CHECK-DAG:     %[[B:[0-9]+]] = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>)
-// CHECK:         %[[Y:[0-9]+]] = "cuvil.linear"(%{{.*}}, %[[W]], %[[B]]) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>}
-// CHECK-NOT:     torch.aten.add.Tensor
-// CHECK:         return %[[Y]]
-func.func @mm_then_bias_add(%x: !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,3],f32> {
-  %int1 = torch.constant.int 1
-  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>) : !torch.vtensor<[3,4],f32>
-  %b = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>) : !torch.vtensor<[3],f32>
-  %wt = torch.aten.t %w : !torch.vtensor<[3,4],f32> -> !torch.vtensor<[4,3],f32>
-  %0 = torch.aten.mm %x, %wt : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,3],f32> -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.add.Tensor %0, %b, %int1 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[3],f32>, !torch.int -> !torch.vtensor<[2,3],f32>
-  return %1 : !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
-// The bias may come first: add(b, linear).
-// CHECK-LABEL: func.func @bias_add_bias_first
-// CHECK:         "cuvil.linear"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>}
-// CHECK-NOT:     torch.aten.add.Tensor
-func.func @bias_add_bias_first(%x: !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,3],f32> {
-  %int1 = torch.constant.int 1
-  %none = torch.constant.none
-  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>) : !torch.vtensor<[3,4],f32>
-  %b = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>) : !torch.vtensor<[3],f32>
-  %0 = torch.aten.linear %x, %w, %none : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.none -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.add.Tensor %b, %0, %int1 : !torch.vtensor<[3],f32>, !torch.vtensor<[2,3],f32>, !torch.int -> !torch.vtensor<[2,3],f32>
-  return %1 : !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
-// What torch.export makes of nn.Linear when addmm is decomposed: mm, mul.Scalar by 1 on
-// both the product and the bias, then add. All of it becomes one linear with a bias.
-// CHECK-LABEL: func.func @decomposed_addmm_with_mul_by_one
-// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,4],f32>)
-// CHECK-DAG:     %[[W:[0-9]+]] = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>)
-// CHECK-DAG:     %[[B:[0-9]+]] = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>)
-// CHECK-NOT:     torch.aten.mul.Scalar
-// CHECK:         %[[Y:[0-9]+]] = "cuvil.linear"(%[[X]], %[[W]], %[[B]]) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>}
-// CHECK-NOT:     torch.aten.mul.Scalar
-// CHECK-NOT:     torch.aten.add.Tensor
-// CHECK:         return %[[Y]]
-func.func @decomposed_addmm_with_mul_by_one(%x: !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,3],f32> {
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>) : !torch.vtensor<[3,4],f32>
-  %b = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>) : !torch.vtensor<[3],f32>
-  %perm = torch.prim.ListConstruct %int1, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
-  %wt = torch.aten.permute %w, %perm : !torch.vtensor<[3,4],f32>, !torch.list<int> -> !torch.vtensor<[4,3],f32>
-  %0 = torch.aten.mm %x, %wt : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,3],f32> -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.mul.Scalar %0, %int1 : !torch.vtensor<[2,3],f32>, !torch.int -> !torch.vtensor<[2,3],f32>
-  %2 = torch.aten.mul.Scalar %b, %int1 : !torch.vtensor<[3],f32>, !torch.int -> !torch.vtensor<[3],f32>
-  %3 = torch.aten.add.Tensor %1, %2, %int1 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[3],f32>, !torch.int -> !torch.vtensor<[2,3],f32>
-  return %3 : !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
 // A float 1.0 multiplier is the same identity.
 // CHECK-LABEL: func.func @mul_by_float_one
 // CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,3],f32>)
@@ -192,72 +93,6 @@ func.func @mul_by_float_one(%x: !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[2,
   %float1 = torch.constant.float 1.000000e+00
   %0 = torch.aten.mul.Scalar %x, %float1 : !torch.vtensor<[2,3],f32>, !torch.float -> !torch.vtensor<[2,3],f32>
   return %0 : !torch.vtensor<[2,3],f32>
-}
-
-// ===== activation epilogues =====
-
-// -----
-
-// CHECK-LABEL: func.func @linear_relu
-// CHECK:         %[[Y:[0-9]+]] = "cuvil.linear"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "relu", operandSegmentSizes = array<i32: 1, 1, 1>}
-// CHECK-NOT:     torch.aten.relu
-// CHECK:         return %[[Y]]
-// CHECK-LABEL: func.func @linear_gelu
-// CHECK:         "cuvil.linear"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "gelu", operandSegmentSizes = array<i32: 1, 1, 1>}
-// CHECK-NOT:     torch.aten.gelu
-// CHECK-LABEL: func.func @linear_gelu_tanh
-// CHECK:         "cuvil.linear"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "gelu_tanh", operandSegmentSizes = array<i32: 1, 1, 1>}
-// CHECK-NOT:     torch.aten.gelu
-// CHECK-LABEL: func.func @linear_silu
-// CHECK:         "cuvil.linear"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "silu", operandSegmentSizes = array<i32: 1, 1, 1>}
-// CHECK-NOT:     torch.aten.silu
-// CHECK-LABEL: func.func @linear_sigmoid
-// CHECK:         "cuvil.linear"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "sigmoid", operandSegmentSizes = array<i32: 1, 1, 1>}
-// CHECK-NOT:     torch.aten.sigmoid
-func.func @linear_relu(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
-  %0 = torch.aten.linear %x, %w, %b : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32> -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.relu %0 : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
-  return %1 : !torch.vtensor<[2,3],f32>
-}
-func.func @linear_gelu(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
-  %str = torch.constant.str "none"
-  %0 = torch.aten.linear %x, %w, %b : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32> -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.gelu %0, %str : !torch.vtensor<[2,3],f32>, !torch.str -> !torch.vtensor<[2,3],f32>
-  return %1 : !torch.vtensor<[2,3],f32>
-}
-func.func @linear_gelu_tanh(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
-  %str = torch.constant.str "tanh"
-  %0 = torch.aten.linear %x, %w, %b : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32> -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.gelu %0, %str : !torch.vtensor<[2,3],f32>, !torch.str -> !torch.vtensor<[2,3],f32>
-  return %1 : !torch.vtensor<[2,3],f32>
-}
-func.func @linear_silu(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
-  %0 = torch.aten.linear %x, %w, %b : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32> -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.silu %0 : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
-  return %1 : !torch.vtensor<[2,3],f32>
-}
-func.func @linear_sigmoid(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
-  %0 = torch.aten.linear %x, %w, %b : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32> -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.sigmoid %0 : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
-  return %1 : !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
-// The bias add first, then the activation: both land in the one linear.
-// CHECK-LABEL: func.func @mm_bias_add_then_relu
-// CHECK:         "cuvil.linear"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "relu", operandSegmentSizes = array<i32: 1, 1, 1>}
-// CHECK-NOT:     torch.aten.add.Tensor
-// CHECK-NOT:     torch.aten.relu
-func.func @mm_bias_add_then_relu(%x: !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,3],f32> {
-  %int1 = torch.constant.int 1
-  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>) : !torch.vtensor<[3,4],f32>
-  %b = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>) : !torch.vtensor<[3],f32>
-  %wt = torch.aten.t %w : !torch.vtensor<[3,4],f32> -> !torch.vtensor<[4,3],f32>
-  %0 = torch.aten.mm %x, %wt : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,3],f32> -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.add.Tensor %0, %b, %int1 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[3],f32>, !torch.int -> !torch.vtensor<[2,3],f32>
-  %2 = torch.aten.relu %1 : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
-  return %2 : !torch.vtensor<[2,3],f32>
 }
 
 // ===== convolution =====
@@ -309,76 +144,6 @@ func.func @conv_without_bias_grouped(%x: !torch.vtensor<[1,4,8,8],f32>, %w: !tor
   %output_padding = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
   %0 = torch.aten.convolution %x, %w, %none, %stride, %padding, %dilation, %false, %output_padding, %int2 : !torch.vtensor<[1,4,8,8],f32>, !torch.vtensor<[4,2,3,3],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[1,4,4,4],f32>
   return %0 : !torch.vtensor<[1,4,4,4],f32>
-}
-
-// -----
-
-// CHECK-LABEL: func.func @conv_relu
-// CHECK:         "cuvil.conv2d"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "relu",
-// CHECK-NOT:     torch.aten.relu
-// CHECK-LABEL: func.func @conv_gelu
-// CHECK:         "cuvil.conv2d"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "gelu",
-// CHECK-NOT:     torch.aten.gelu
-// CHECK-LABEL: func.func @conv_gelu_tanh
-// CHECK:         "cuvil.conv2d"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "gelu_tanh",
-// CHECK-NOT:     torch.aten.gelu
-// CHECK-LABEL: func.func @conv_silu
-// CHECK:         "cuvil.conv2d"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "silu",
-// CHECK-NOT:     torch.aten.silu
-// CHECK-LABEL: func.func @conv_sigmoid
-// CHECK:         "cuvil.conv2d"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "sigmoid",
-// CHECK-NOT:     torch.aten.sigmoid
-func.func @conv_relu(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vtensor<[3,2,1,1],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[1,3,4,4],f32> {
-  %false = torch.constant.bool false
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %ones = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
-  %zeros = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
-  %0 = torch.aten.convolution %x, %w, %b, %ones, %zeros, %ones, %false, %zeros, %int1 : !torch.vtensor<[1,2,4,4],f32>, !torch.vtensor<[3,2,1,1],f32>, !torch.vtensor<[3],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[1,3,4,4],f32>
-  %1 = torch.aten.relu %0 : !torch.vtensor<[1,3,4,4],f32> -> !torch.vtensor<[1,3,4,4],f32>
-  return %1 : !torch.vtensor<[1,3,4,4],f32>
-}
-func.func @conv_gelu(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vtensor<[3,2,1,1],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[1,3,4,4],f32> {
-  %false = torch.constant.bool false
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %str = torch.constant.str "none"
-  %ones = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
-  %zeros = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
-  %0 = torch.aten.convolution %x, %w, %b, %ones, %zeros, %ones, %false, %zeros, %int1 : !torch.vtensor<[1,2,4,4],f32>, !torch.vtensor<[3,2,1,1],f32>, !torch.vtensor<[3],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[1,3,4,4],f32>
-  %1 = torch.aten.gelu %0, %str : !torch.vtensor<[1,3,4,4],f32>, !torch.str -> !torch.vtensor<[1,3,4,4],f32>
-  return %1 : !torch.vtensor<[1,3,4,4],f32>
-}
-func.func @conv_gelu_tanh(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vtensor<[3,2,1,1],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[1,3,4,4],f32> {
-  %false = torch.constant.bool false
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %str = torch.constant.str "tanh"
-  %ones = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
-  %zeros = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
-  %0 = torch.aten.convolution %x, %w, %b, %ones, %zeros, %ones, %false, %zeros, %int1 : !torch.vtensor<[1,2,4,4],f32>, !torch.vtensor<[3,2,1,1],f32>, !torch.vtensor<[3],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[1,3,4,4],f32>
-  %1 = torch.aten.gelu %0, %str : !torch.vtensor<[1,3,4,4],f32>, !torch.str -> !torch.vtensor<[1,3,4,4],f32>
-  return %1 : !torch.vtensor<[1,3,4,4],f32>
-}
-func.func @conv_silu(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vtensor<[3,2,1,1],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[1,3,4,4],f32> {
-  %false = torch.constant.bool false
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %ones = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
-  %zeros = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
-  %0 = torch.aten.convolution %x, %w, %b, %ones, %zeros, %ones, %false, %zeros, %int1 : !torch.vtensor<[1,2,4,4],f32>, !torch.vtensor<[3,2,1,1],f32>, !torch.vtensor<[3],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[1,3,4,4],f32>
-  %1 = torch.aten.silu %0 : !torch.vtensor<[1,3,4,4],f32> -> !torch.vtensor<[1,3,4,4],f32>
-  return %1 : !torch.vtensor<[1,3,4,4],f32>
-}
-func.func @conv_sigmoid(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vtensor<[3,2,1,1],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[1,3,4,4],f32> {
-  %false = torch.constant.bool false
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %ones = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
-  %zeros = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
-  %0 = torch.aten.convolution %x, %w, %b, %ones, %zeros, %ones, %false, %zeros, %int1 : !torch.vtensor<[1,2,4,4],f32>, !torch.vtensor<[3,2,1,1],f32>, !torch.vtensor<[3],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[1,3,4,4],f32>
-  %1 = torch.aten.sigmoid %0 : !torch.vtensor<[1,3,4,4],f32> -> !torch.vtensor<[1,3,4,4],f32>
-  return %1 : !torch.vtensor<[1,3,4,4],f32>
 }
 
 // ===== attention =====
@@ -505,121 +270,6 @@ func.func @no_raise_mm_of_activations(%x: !torch.vtensor<[2,4],f32>, %y: !torch.
 
 // -----
 
-// CHECK-LABEL: func.func @no_raise_matmul_of_activations
-// CHECK:         torch.aten.matmul
-// CHECK-NOT:     cuvil.linear
-func.func @no_raise_matmul_of_activations(%x: !torch.vtensor<[2,5,4],f32>, %y: !torch.vtensor<[4,3],f32>) -> !torch.vtensor<[2,5,3],f32> {
-  %0 = torch.aten.matmul %x, %y : !torch.vtensor<[2,5,4],f32>, !torch.vtensor<[4,3],f32> -> !torch.vtensor<[2,5,3],f32>
-  return %0 : !torch.vtensor<[2,5,3],f32>
-}
-
-// -----
-
-// The linear's result is also returned, so the bias add cannot be folded into it.
-// CHECK-LABEL: func.func @no_fold_bias_add_when_linear_has_other_uses
-// CHECK:         %[[L:[0-9]+]] = "cuvil.linear"(%{{.*}}, %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}
-// CHECK:         %[[A:[0-9]+]] = torch.aten.add.Tensor %[[L]], %{{.*}}, %{{.*}}
-// CHECK:         return %[[A]], %[[L]]
-func.func @no_fold_bias_add_when_linear_has_other_uses(%x: !torch.vtensor<[2,4],f32>) -> (!torch.vtensor<[2,3],f32>, !torch.vtensor<[2,3],f32>) {
-  %int1 = torch.constant.int 1
-  %none = torch.constant.none
-  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>) : !torch.vtensor<[3,4],f32>
-  %b = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>) : !torch.vtensor<[3],f32>
-  %0 = torch.aten.linear %x, %w, %none : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.none -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.add.Tensor %0, %b, %int1 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[3],f32>, !torch.int -> !torch.vtensor<[2,3],f32>
-  return %1, %0 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
-// The linear's result feeds the relu and is returned: the relu stays separate.
-// CHECK-LABEL: func.func @no_fuse_activation_when_linear_has_two_uses
-// CHECK:         %[[L:[0-9]+]] = "cuvil.linear"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>}
-// CHECK:         %[[R:[0-9]+]] = torch.aten.relu %[[L]]
-// CHECK:         return %[[R]], %[[L]]
-func.func @no_fuse_activation_when_linear_has_two_uses(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> (!torch.vtensor<[2,3],f32>, !torch.vtensor<[2,3],f32>) {
-  %0 = torch.aten.linear %x, %w, %b : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32> -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.relu %0 : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
-  return %1, %0 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
-// A second activation after a fused one is left alone (a linear has one epilogue).
-// CHECK-LABEL: func.func @no_fuse_second_activation
-// CHECK:         %[[L:[0-9]+]] = "cuvil.linear"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "relu",
-// CHECK:         torch.aten.sigmoid %[[L]]
-func.func @no_fuse_second_activation(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
-  %0 = torch.aten.linear %x, %w, %b : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32> -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.relu %0 : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
-  %2 = torch.aten.sigmoid %1 : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
-  return %2 : !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
-// A [2,3] addend is not a bias of 3 out features.
-// CHECK-LABEL: func.func @no_fold_bias_of_wrong_shape
-// CHECK:         %[[L:[0-9]+]] = "cuvil.linear"(%{{.*}}, %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}
-// CHECK:         torch.aten.add.Tensor %[[L]], %{{.*}}, %{{.*}} : !torch.vtensor<[2,3],f32>, !torch.vtensor<[2,3],f32>, !torch.int
-func.func @no_fold_bias_of_wrong_shape(%x: !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,3],f32> {
-  %int1 = torch.constant.int 1
-  %none = torch.constant.none
-  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>) : !torch.vtensor<[3,4],f32>
-  %c = torch.vtensor.literal(dense<2.500000e-01> : tensor<2x3xf32>) : !torch.vtensor<[2,3],f32>
-  %0 = torch.aten.linear %x, %w, %none : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.none -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.add.Tensor %0, %c, %int1 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[2,3],f32>, !torch.int -> !torch.vtensor<[2,3],f32>
-  return %1 : !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
-// A bias that is a function argument (not a constant) is not folded.
-// CHECK-LABEL: func.func @no_fold_non_constant_bias
-// CHECK:         "cuvil.linear"(%{{.*}}, %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}
-// CHECK:         torch.aten.add.Tensor
-func.func @no_fold_non_constant_bias(%x: !torch.vtensor<[2,4],f32>, %b: !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> {
-  %int1 = torch.constant.int 1
-  %none = torch.constant.none
-  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>) : !torch.vtensor<[3,4],f32>
-  %0 = torch.aten.linear %x, %w, %none : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.none -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.add.Tensor %0, %b, %int1 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[3],f32>, !torch.int -> !torch.vtensor<[2,3],f32>
-  return %1 : !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
-// add with alpha = 2 scales the bias: not a plain bias add.
-// CHECK-LABEL: func.func @no_fold_bias_add_with_alpha
-// CHECK:         "cuvil.linear"(%{{.*}}, %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}
-// CHECK:         torch.aten.add.Tensor
-func.func @no_fold_bias_add_with_alpha(%x: !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,3],f32> {
-  %int2 = torch.constant.int 2
-  %none = torch.constant.none
-  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>) : !torch.vtensor<[3,4],f32>
-  %b = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>) : !torch.vtensor<[3],f32>
-  %0 = torch.aten.linear %x, %w, %none : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.none -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.add.Tensor %0, %b, %int2 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[3],f32>, !torch.int -> !torch.vtensor<[2,3],f32>
-  return %1 : !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
-// addmm with beta = 2 is not a linear.
-// CHECK-LABEL: func.func @no_raise_addmm_with_beta
-// CHECK:         torch.aten.addmm
-// CHECK-NOT:     cuvil.linear
-func.func @no_raise_addmm_with_beta(%x: !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,3],f32> {
-  %int1 = torch.constant.int 1
-  %int2 = torch.constant.int 2
-  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<4x3xf32>) : !torch.vtensor<[4,3],f32>
-  %b = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>) : !torch.vtensor<[3],f32>
-  %0 = torch.aten.addmm %b, %x, %w, %int2, %int1 : !torch.vtensor<[3],f32>, !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,3],f32>, !torch.int, !torch.int -> !torch.vtensor<[2,3],f32>
-  return %0 : !torch.vtensor<[2,3],f32>
-}
-
-// -----
-
 // CHECK-LABEL: func.func @no_raise_sdpa_with_dropout
 // CHECK:         torch.aten.scaled_dot_product_attention
 // CHECK-NOT:     cuvil.attention
@@ -674,12 +324,29 @@ func.func @no_fold_mul_by_two(%x: !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[
 
 // -----
 
-// A gelu with an unknown approximation is not fused.
-// CHECK-LABEL: func.func @no_fuse_gelu_unknown_approximation
-// CHECK:         "cuvil.linear"(%{{.*}}, %{{.*}}, %{{.*}}) {activation = "none",
-// CHECK:         torch.aten.gelu
-func.func @no_fuse_gelu_unknown_approximation(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>, %b: !torch.vtensor<[3],f32>, %approximate: !torch.str) -> !torch.vtensor<[2,3],f32> {
-  %0 = torch.aten.linear %x, %w, %b : !torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32> -> !torch.vtensor<[2,3],f32>
-  %1 = torch.aten.gelu %0, %approximate : !torch.vtensor<[2,3],f32>, !torch.str -> !torch.vtensor<[2,3],f32>
-  return %1 : !torch.vtensor<[2,3],f32>
+// One torch op, one Cuvil op: the separate bias add and the activation after a linear or conv
+// are fuse-linear-epilogue's (tests/lowering/fuse-linear-epilogue.mlir), not raise's.
+// CHECK-LABEL: func.func @no_epilogue_in_raise
+// CHECK:         %[[L:[0-9]+]] = "cuvil.linear"(%{{.*}}, %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}
+// CHECK:         %[[A:[0-9]+]] = torch.aten.add.Tensor %[[L]]
+// CHECK:         torch.aten.relu %[[A]]
+// CHECK:         %[[C:[0-9]+]] = "cuvil.conv2d"
+// CHECK-SAME:      activation = "none"
+// CHECK:         torch.aten.silu %[[C]]
+func.func @no_epilogue_in_raise(%x: !torch.vtensor<[2,4],f32>, %img: !torch.vtensor<[1,2,4,4],f32>, %cw: !torch.vtensor<[3,2,1,1],f32>) -> (!torch.vtensor<[2,3],f32>, !torch.vtensor<[1,3,4,4],f32>) {
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<3x4xf32>) : !torch.vtensor<[3,4],f32>
+  %b = torch.vtensor.literal(dense<2.500000e-01> : tensor<3xf32>) : !torch.vtensor<[3],f32>
+  %wt = torch.aten.t %w : !torch.vtensor<[3,4],f32> -> !torch.vtensor<[4,3],f32>
+  %0 = torch.aten.mm %x, %wt : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,3],f32> -> !torch.vtensor<[2,3],f32>
+  %1 = torch.aten.add.Tensor %0, %b, %int1 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[3],f32>, !torch.int -> !torch.vtensor<[2,3],f32>
+  %2 = torch.aten.relu %1 : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
+  %ones = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %zeros = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %3 = torch.aten.convolution %img, %cw, %none, %ones, %zeros, %ones, %false, %zeros, %int1 : !torch.vtensor<[1,2,4,4],f32>, !torch.vtensor<[3,2,1,1],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[1,3,4,4],f32>
+  %4 = torch.aten.silu %3 : !torch.vtensor<[1,3,4,4],f32> -> !torch.vtensor<[1,3,4,4],f32>
+  return %2, %4 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[1,3,4,4],f32>
 }

@@ -112,13 +112,13 @@ def test_correct_pattern_passes_and_wrong_fold_fails():
 
 
 def test_subtly_broken_builtin_pattern_is_caught():
-    """raise-torch-to-cuvil with its gelu epilogue broken: exact gelu fused as the tanh
+    """fuse-linear-epilogue with its gelu epilogue broken: exact gelu fused as the tanh
     approximation (a max-norm relative error of only ~3e-4)."""
     from cuvil_mlir.dialects import cuvil
-    from cuvil_mlir.lowering import raise_torch_to_cuvil
+    from cuvil_mlir.lowering import fuse_linear_epilogue
     from cuvil_mlir.patterns import has_one_use
 
-    builtin = raise_torch_to_cuvil.patterns.without("gelu_epilogue")
+    builtin = fuse_linear_epilogue.patterns.without("gelu_epilogue")
     broken = PatternSet(builtin.name, list(builtin.patterns))
 
     @broken.add("torch.aten.gelu")

@@ -18,10 +18,9 @@ import torch
 import cuvil_mlir
 from cuvil_mlir import cli
 from cuvil_mlir.diagnostics import CuvilError
-from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.harness import compare, make_input_sets, parse_config
 from cuvil_mlir.measure import DEFAULT_RTOL, Timer, TimingSettings, output_errors, permuted, rtol_for
-from cuvil_mlir.patterns import PatternSet
+from cuvil_mlir.patterns import PatternSet, build
 from cuvil_mlir.pipeline import Options, compile_program
 from cuvil_mlir.testing import assert_matches_reference
 
@@ -34,12 +33,10 @@ FAST = dict(repetitions=3, warmup=1, min_time=0.0, max_time=2.0)  # enough sampl
 relu_to_sigmoid = PatternSet("relu-into-sigmoid", description="a deliberately wrong epilogue rewrite")
 
 
-@relu_to_sigmoid.add("cuvil.linear")
+@relu_to_sigmoid.add("torch.aten.relu")  # user sets run after raise, before fuse-linear-epilogue
 def relu_epilogue_as_sigmoid(op, rewriter):
-    """cuvil.linear {activation = "relu"} -> cuvil.linear {activation = "sigmoid"}   (WRONG on purpose)"""
-    if cuvil.activation_of(op) != "relu":
-        return None
-    return cuvil.with_activation(op, "sigmoid")
+    """relu(y) -> sigmoid(y)   (WRONG on purpose)"""
+    return build("torch.aten.sigmoid", [op.operands[0]], op.result.type)
 
 
 class ReluMLP(torch.nn.Module):
@@ -222,9 +219,9 @@ def test_disabled_pattern_keeps_the_rest_of_its_pass():
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).eval()
     x = torch.randn(2, 8)
-    text = compile_program(mlp, (x,), Options(disabled_patterns=("gelu_epilogue",)), emit="cuvil").text
+    text = compile_program(mlp, (x,), Options(disabled_patterns=("gelu_epilogue",)), emit="fused").text
     assert "torch.aten.gelu" in text and '"cuvil.linear"' in text  # linear raised, gelu left alone
-    default = compile_program(mlp, (x,), Options(), emit="cuvil").text
+    default = compile_program(mlp, (x,), Options(), emit="fused").text
     assert "torch.aten.gelu" not in default and 'activation = "gelu"' in default
     with pytest.raises(CuvilError, match="cannot disable pass 'raise-torch-to-cuvl'"):
         compile_program(mlp, (x,), Options(disabled_passes=("raise-torch-to-cuvl",)), emit="cuvil")
@@ -396,17 +393,14 @@ def test_cli_compare_exits_1_on_a_mismatch(relu_mlp, tmp_path, capsys):
 
 
 WRONG_PATTERN_FILE = '''
-from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.patterns import PatternSet
+from cuvil_mlir.patterns import PatternSet, build
 
 patterns = PatternSet("relu-into-sigmoid")
 
-@patterns.add("cuvil.linear")
+@patterns.add("torch.aten.relu")
 def relu_epilogue_as_sigmoid(op, rewriter):
-    """cuvil.linear {activation = "relu"} -> cuvil.linear {activation = "sigmoid"}   (WRONG on purpose)"""
-    if cuvil.activation_of(op) != "relu":
-        return None
-    return cuvil.with_activation(op, "sigmoid")
+    """relu(y) -> sigmoid(y)   (WRONG on purpose)"""
+    return build("torch.aten.sigmoid", [op.operands[0]], op.result.type)
 '''
 
 

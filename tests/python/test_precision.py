@@ -1,0 +1,223 @@
+"""Mixed precision end to end on IREE CPU: fp16 / bf16 policies (demote-precision) on the e2e
+models within their budgets (docs/precision.md), their keep / keep_paths options, the
+quantized policies' skip option, the accuracy report and the sensitivity search
+(cuvil_mlir/accuracy.py), and `cuvil accuracy`."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import cuvil_mlir
+import models
+from cuvil_mlir import accuracy, precision
+from cuvil_mlir.cli import main
+from cuvil_mlir.pipeline import Options, compile_program
+
+BUDGETS = precision.BUDGETS  # fp16 1e-2, bf16 5e-2: max |err| / max |ref| against fp32 eager
+
+
+def _rel(got, ref) -> float:
+    got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def _ir(model, args, policy: str) -> str:
+    return compile_program(model, args, Options(precision=policy), emit="precision").text
+
+
+def _ops(text: str, name: str) -> list[str]:
+    """The result dtypes of every ``name`` op in ``text`` (e.g. ["f16", "f32"])."""
+    return re.findall(rf'{re.escape(name)}.*-> !torch\.vtensor<\[[0-9,]*\],(\w+)>', text)
+
+
+class Tanh3(nn.Module):
+    """Three linears with tanh between (tanh is not fused, so each linear keeps its module path);
+    ``outlier`` puts one large weight in every row of ``mid`` (int8 per-channel scales grow)."""
+
+    def __init__(self, outlier: float = 0.0):
+        super().__init__()
+        self.inp, self.mid, self.out = nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 10)
+        with torch.no_grad():
+            self.mid.weight[:, 0] += outlier
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.mid(torch.tanh(self.inp(x)))))
+
+
+# ---------------------------------------------------------------------------------------
+# Policies and options
+
+
+def test_policy_lists_parse_and_round_trip():
+    p = precision.parse_policy("fp16{keep=softmax,norm,keep_paths=lm_head,h.0.*}")
+    assert p.options == (("keep", "softmax,norm"), ("keep_paths", "lm_head,h.0.*"))
+    assert precision.parse_policy(p.spec) == p
+    (demote,) = precision.stage_passes(p)
+    assert demote.name == "demote-precision"
+    assert "demote_softmax" not in {pat.name for pat in precision.stage_passes("bf16{keep=softmax}")[0].patterns}
+    assert "demote_softmax" in {pat.name for pat in precision.stage_passes("bf16{keep=norm}")[0].patterns}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("fp16{group=4}", "takes only keep, keep_paths"),
+    ("fp16{keep=softmax,bogus}", "unknown op kind 'bogus'"),
+    ("bf16{keep=}", "malformed"),
+    ("fp16{,keep=norm}", "malformed"),
+    ("int8-weight{group=64}", "takes no options"),
+])
+def test_bad_policy_options(spec, message):
+    with pytest.raises(cuvil_mlir.CuvilError, match=message):
+        precision.stage_passes(spec)
+
+
+def test_default_keeps_norm_and_demotes_linear_attention():
+    model, args = models.transformer_block()
+    text = _ir(model, args, "fp16")
+    assert set(_ops(text, '"cuvil.linear"')) == {"f16"}
+    assert _ops(text, '"cuvil.attention"') == ["f16"]
+    assert _ops(text, '"cuvil.norm"') == ["f32", "f32"]
+    assert re.search(r"func.func @main\(%arg0: !torch.vtensor<\[2,16,64\],f32>\) -> !torch.vtensor<\[2,16,64\],f32>", text)
+    assert re.search(r"torch.vtensor.literal\(.*: tensor<192x64xf16>\)", text), "qkv weight converted ahead of time"
+    none = _ir(model, args, "bf16{keep=none}")
+    assert _ops(none, '"cuvil.norm"') == ["bf16", "bf16"]
+
+
+def test_keep_paths_and_keep_kinds_by_module():
+    model, args = models.transformer_block()
+    text = _ir(model, args, "fp16{keep_paths=qkv,out}")
+    assert sorted(_ops(text, '"cuvil.linear"')) == ["f16", "f16", "f32", "f32"]
+    kept_attention = _ir(model, args, "fp16{keep=attention,norm}")
+    assert _ops(kept_attention, '"cuvil.attention"') == ["f32"]
+
+
+def test_gpt2_keep_paths_lm_head():
+    model, args = models.gpt2(layers=1, vocab=200)
+    text = _ir(model, args, "fp16{keep_paths=lm_head}")
+    linears = [line.rstrip() for line in text.splitlines() if '"cuvil.linear"' in line]
+    head = [line for line in linears if line.endswith("[1,16,200],f32>")]
+    assert len(head) == 1 and len(linears) == 5, linears
+    assert all(line.endswith("f16>") for line in linears if line not in head)
+
+
+def test_weight_only_skip_keeps_a_layer_float():
+    model, x = Tanh3().eval(), torch.randn(4, 32)
+    text = _ir(model, (x,), "int8-weight{skip=mid}")
+    assert len(re.findall(r"tensor<\d+x\d+xsi8>", text)) == 2
+    assert re.search(r"tensor<64x64xf32>", text)
+
+
+# ---------------------------------------------------------------------------------------
+# Budgets on the e2e models (and a transformer: gpt2, bert, llama)
+
+
+@pytest.mark.parametrize("policy", ["fp16", "bf16"])
+@pytest.mark.parametrize("name", sorted(models.E2E_MODELS))
+def test_e2e_models_within_budget(name, policy):
+    model, args = models.E2E_MODELS[name]()
+    with torch.no_grad():
+        ref = model(*args)
+    compiled = cuvil_mlir.compile(model, args, precision=policy)
+    got = compiled(*args)
+    assert got.dtype == ref.dtype and got.shape == ref.shape  # io stays f32
+    fired = compiled.patterns_fired["demote-precision"]
+    assert fired.get("demote_linear", 0) + fired.get("demote_conv2d", 0) >= 1
+    err = _rel(got, ref)
+    assert err <= BUDGETS[policy], (name, policy, err)
+    assert err > 1e-6, "nothing computed in 16 bits?"
+
+
+def test_keep_none_demotes_norms_and_softmax_and_still_runs():
+    """Every kind in f16 (norms, softmax, reductions too): compiles and runs on IREE CPU."""
+    model, args = models.llama(layers=1)
+    compiled = cuvil_mlir.compile(model, args, precision="fp16{keep=none}")
+    fired = compiled.patterns_fired["demote-precision"]
+    assert fired["demote_norm"] >= 2 and fired["demote_attention"] == 1
+    with torch.no_grad():
+        assert _rel(compiled(*args), model(*args)) <= BUDGETS["fp16"]
+
+
+# ---------------------------------------------------------------------------------------
+# Accuracy report and search
+
+
+def test_report_on_a_transformer_block():
+    model, args = models.transformer_block()
+    rep = accuracy.report(model, args, precision="fp16")
+    assert rep.compiles == 1 + len(rep.ops)
+    paths = {o.path for o in rep.ops}
+    assert {"qkv", "proj", "out"} <= paths
+    assert [o.max_rel_err for o in rep.ops] == sorted((o.max_rel_err for o in rep.ops), reverse=True)
+    (whole,) = rep.metrics
+    assert 0 < whole.max_rel_err <= BUDGETS["fp16"] and whole.cosine > 0.9999 and whole.max_abs_err > 0
+    for o in rep.ops:  # one op alone adds less than everything at once (within rounding noise)
+        assert 0 < o.max_rel_err <= 2 * whole.max_rel_err
+    text = rep.describe()
+    assert "qkv: linear" in text and "cosine" in text
+    json.dumps(rep.to_json(), allow_nan=False)
+
+
+def test_search_keeps_the_sensitive_layer_for_int8_weight():
+    torch.manual_seed(3)
+    model, x = Tanh3(outlier=8.0).eval(), torch.randn(16, 32)
+    rep = accuracy.report(model, (x,), precision="int8-weight")
+    assert rep.ops[0].path == "mid", rep.describe()
+    budget = (rep.ops[1].max_rel_err + rep.max_rel_err) / 2  # below the whole policy, above the others alone
+    found = accuracy.search(model, (x,), precision="int8-weight", budget=budget)
+    assert found.met and found.kept[0] == "mid" and found.policy.startswith("int8-weight{skip=mid")
+    assert found.max_rel_err <= budget < rep.max_rel_err
+    check = cuvil_mlir.compile(model, (x,), precision=found.policy)
+    with torch.no_grad():
+        assert _rel(check(x), model(x)) <= budget
+    assert check.patterns_fired["quantize-weights"]["quantize_linear"] == 3 - len(found.kept)
+
+
+def test_search_fp16_meets_a_tight_budget_with_keep_paths():
+    model, args = models.mlp()
+    rep = accuracy.report(model, args, precision="fp16")
+    found = accuracy.search(model, args, precision="fp16", budget=rep.max_rel_err / 4)
+    assert found.policy.startswith("fp16{keep_paths=") and found.kept
+    assert found.met == (found.max_rel_err <= found.budget)
+    assert found.max_rel_err < rep.max_rel_err
+
+
+def test_report_of_static_int8_is_end_to_end():
+    model, x = Tanh3().eval(), torch.randn(8, 32)
+    cal = cuvil_mlir.calibrate(model, [x, torch.randn(8, 32)])
+    rep = accuracy.report(model, (x,), precision="int8", calibration=cal)
+    assert rep.ops == [] and rep.compiles == 1
+    assert 0 < rep.max_rel_err <= accuracy.DEFAULT_BUDGETS["int8"] and rep.metrics[0].top1 > 0.5
+
+
+def test_top1_agreement_and_metrics():
+    ref = np.array([[1.0, 2.0, 0.5], [3.0, 1.0, 0.0]])
+    got = np.array([[1.0, 2.1, 0.5], [0.5, 1.0, 0.0]])
+    m = accuracy.metrics(got, ref)
+    assert m.top1 == 0.5 and m.max_abs_err == pytest.approx(2.5) and m.max_rel_err == pytest.approx(2.5 / 3)
+    assert accuracy.metrics(ref[0], ref[0]).top1 is None and accuracy.metrics(ref, ref).cosine == pytest.approx(1.0)
+
+
+def test_fp32_and_unsupported_per_op_policies_are_errors():
+    model, x = Tanh3().eval(), torch.randn(2, 32)
+    with pytest.raises(cuvil_mlir.CuvilError, match="fp32 changes nothing"):
+        accuracy.report(model, (x,), precision="fp32")
+    with pytest.raises(cuvil_mlir.CuvilError, match="search needs a policy that can keep ops"):
+        accuracy.search(model, (x,), precision="int8")
+
+
+def test_cli_accuracy_on_a_pt2(tmp_path, capsys):
+    model, x = Tanh3().eval(), torch.randn(4, 32)
+    path = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(path))
+    out = tmp_path / "r.json"
+    assert main(["accuracy", str(path), "--precision", "bf16", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "precision bf16 against fp32 PyTorch" in printed and "mid: linear" in printed
+    report = json.loads(out.read_text())["report"]
+    assert report["policy"] == "bf16" and {o["path"] for o in report["ops"]} == {"", "inp", "mid", "out"}  # "": the tanh of forward
+    assert report["max_rel_err"] <= BUDGETS["bf16"]
