@@ -10,7 +10,7 @@ For each model this runs cuvil_mlir.harness.compare on one target with the confi
 plus PyTorch eager as the competitor, timed side by side in interleaved rounds (the harness).
 A pass that fired nowhere in a model is reported as such (its "without" row is the default
 module again, so its delta is noise). Results: a Markdown table and the harness JSON per model
-in benchmarks/results/ablation-<target>-<date>.{md,json}.
+in benchmarks/results/ablation-<target>-<size>-<date>.{md,json}.
 """
 
 from __future__ import annotations
@@ -27,21 +27,29 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 MODELS = ("mlp", "cnn", "transformer", "gpt2", "gpt2-eager", "bert-eager", "llama-eager")
+# --size medium: sizes where the kernels, not the call overhead, decide (sequence 128, width 256)
+MEDIUM = {"mlp": dict(batch=64), "cnn": dict(batch=8, size=64), "transformer": dict(seq=128, d_model=256)}
+MEDIUM_HF = dict(d_model=256, seq=128)
 
 
-def model_factory(name: str):
+def model_factory(name: str, size: str = "small"):
     from models import E2E_MODELS, EAGER_ATTENTION_MODELS
 
     table = {**E2E_MODELS, **EAGER_ATTENTION_MODELS}
     if name not in table:
         raise SystemExit(f"unknown model '{name}'; models: {', '.join(table)}")
-    return table[name]
+    if size == "small":
+        return table[name]
+    kwargs = MEDIUM.get(name, MEDIUM_HF)
+    return lambda: table[name](**kwargs)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--target", default="cpu")
+    parser.add_argument("--size", choices=("small", "medium"), default="medium",
+                        help="the builders' example sizes (small) or sequence 128 / width 256 (medium, default)")
     parser.add_argument("--repetitions", type=int, default=50)
     parser.add_argument("--min-time", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=3)
@@ -57,10 +65,10 @@ def main(argv=None) -> int:
     configs = ["default", *(f"without:{p}" for p in FUSION_PASSES), "plain-iree"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"ablation-{args.target.replace(':', '_')}-{date.today().isoformat()}"
+    stem = out / f"ablation-{args.target.replace(':', '_')}-{args.size}-{date.today().isoformat()}"
     rows, reports = [], {}
     for name in args.models.split(","):
-        model, inputs = model_factory(name)()
+        model, inputs = model_factory(name, args.size)()
         report = compare(model, inputs, targets=[args.target], configs=configs, competitors=["eager"],
                          repetitions=args.repetitions, min_time=args.min_time, rounds=args.rounds, progress=True)
         reports[name] = report.to_json()

@@ -159,7 +159,8 @@ def _adapt(pattern: Pattern, fired: Firings):
         values = list(replacement) if isinstance(replacement, (list, tuple)) else [replacement]
         values = [v.result if isinstance(v, ir.OpView) else v for v in values]
         producers = [defining_op(v) for v in op.operands]
-        loc = op.location
+        made = defining_op(values[0]) if values else None
+        loc = made.location if made is not None else op.location  # where the replacement says it is
         rewriter.replace_op(op, values)
         _erase_dead(rewriter, producers)
         fired.record(pattern.name, loc)

@@ -304,16 +304,18 @@ def activation_of(op) -> str:
 
 
 def with_activation(op, activation: str):
-    """A copy of a linear/conv2d op's result type and operands with another activation."""
-    if isinstance(op, LinearOp):
-        return linear(op.result.type, op.input, op.weight, op.bias, activation=activation)
-    return conv2d(
-        op.result.type, op.input, op.weight, op.bias,
-        stride=list(ir.DenseI64ArrayAttr(op.attributes["stride"])),
-        padding=list(ir.DenseI64ArrayAttr(op.attributes["padding"])),
-        dilation=list(ir.DenseI64ArrayAttr(op.attributes["dilation"])),
-        groups=ir.IntegerAttr(op.attributes["groups"]).value, activation=activation,
-    )
+    """A copy of a linear/conv2d op's result type and operands with another activation, at the
+    op's own location (the fused op is still that layer: provenance and keep_paths name it)."""
+    with op.location:
+        if isinstance(op, LinearOp):
+            return linear(op.result.type, op.input, op.weight, op.bias, activation=activation)
+        return conv2d(
+            op.result.type, op.input, op.weight, op.bias,
+            stride=list(ir.DenseI64ArrayAttr(op.attributes["stride"])),
+            padding=list(ir.DenseI64ArrayAttr(op.attributes["padding"])),
+            dilation=list(ir.DenseI64ArrayAttr(op.attributes["dilation"])),
+            groups=ir.IntegerAttr(op.attributes["groups"]).value, activation=activation,
+        )
 
 
 # ---------------------------------------------------------------------------------------

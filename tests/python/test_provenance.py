@@ -43,8 +43,9 @@ def test_sites_name_the_modules_each_pattern_fired_in(tmp_path):
         for pattern, n in counts.items():
             assert sum(sites[pass_name][pattern].values()) == n, (pass_name, pattern)
     assert sites["raise-torch-to-cuvil"]["linear"] == {"blocks.0.fc": 1, "blocks.1.fc": 1, "blocks.2.fc": 1, "head": 1}
-    # a fused op keeps the location of the op it replaced (the GELU, in the block's forward)
-    assert set(sites["lower-cuvil-to-torch"]["linear"]) == {"blocks.0", "blocks.1", "blocks.2", "head"}
+    # a linear with its GELU fused is still that layer
+    assert sites["fuse-linear-epilogue"]["gelu_epilogue"] == {"blocks.0.fc": 1, "blocks.1.fc": 1, "blocks.2.fc": 1}
+    assert set(sites["lower-cuvil-to-torch"]["linear"]) == {"blocks.0.fc", "blocks.1.fc", "blocks.2.fc", "head"}
     norm_sites = {path for p in sites.values() for pattern, where in p.items() if "norm" in pattern for path in where}
     assert norm_sites == {"blocks.0.norm", "blocks.1.norm", "blocks.2.norm"}
     torch.testing.assert_close(torch.from_numpy(compiled(x.numpy())), model(x), rtol=1e-4, atol=1e-5)
