@@ -38,7 +38,6 @@ from cuvil_mlir.measure import (
     DEFAULT_RTOL, Latency, OutputError, Timer, TimingSettings, cuda_events, output_errors, permuted, random_array,
     to_numpy, to_torch, wall_clock, worst_of,
 )
-from cuvil_mlir.precision import BUDGETS
 
 SCHEMA = "cuvil-compare"
 SCHEMA_VERSION = 1
@@ -187,7 +186,12 @@ class Config:
 # The error a precision policy may add, as the harness measures it (max |err| / max |ref|):
 # fp16/bf16 are docs/precision.md's budgets; the quantized policies' budgets there are
 # relative L2 errors, and a max-norm error of the same build is up to ~2x larger.
-PRECISION_RTOL = {"fp32": 0.0, **BUDGETS, "int8-weight": 5e-2, "int4-weight": 2.5e-1, "int8": 1e-1}
+def _precision_rtol() -> dict[str, float]:
+    """Per policy budgets. cuvil_mlir.precision imports the pass machinery (torch-mlir): imported here,
+    not at module level, so ``compare --from`` runs where only the IREE runtime and torch are."""
+    from cuvil_mlir.precision import BUDGETS
+
+    return {"fp32": 0.0, **BUDGETS, "int8-weight": 5e-2, "int4-weight": 2.5e-1, "int8": 1e-1}
 
 
 def parse_config(text: str, patterns=()) -> Config:
@@ -470,9 +474,11 @@ def _compile(spec: str, config: Config, program, opt_level: int, patterns, sets=
 
 def _config_tolerances(config: Config, tolerances: dict | None) -> dict | None:
     """A precision configuration is checked against its policy's budget."""
+    if config.precision == "fp32":  # no budget; and no import of the pass machinery (torch-mlir) for `compare --from`
+        return tolerances
     from cuvil_mlir.precision import parse_policy
 
-    budget = PRECISION_RTOL.get(parse_policy(config.precision).name, 0.0)
+    budget = _precision_rtol().get(parse_policy(config.precision).name, 0.0)
     if not budget:
         return tolerances
     merged = {**DEFAULT_RTOL, **(tolerances or {})}

@@ -1,8 +1,8 @@
 #!/bin/bash
 # On the H200 (device tool), from the repo root: install the IREE runtime wheel and the Vulkan loader,
-# stage cuvil_mlir (its runtime side: no torch-mlir, no IREE compiler), then measure the run folders
-# given (benchmarks/gpu/run_on_h200.py) and, if CMP=DIR is set (a `cuvil compare --build-only DIR`),
-# run `cuvil compare --from DIR` with every PyTorch competitor.
+# stage cuvil_mlir (its runtime side: no torch-mlir, no IREE compiler); if CMP=DIR is set (a
+# `cuvil compare --build-only DIR`), run `cuvil compare --from DIR` (its competitors: the manifest's);
+# then measure the run folders given (benchmarks/gpu/run_on_h200.py).
 #   DEADLINE=420 CMP=.gpu/cmp bash benchmarks/gpu/device_run.sh .gpu/run1 [...]
 set -u
 export PYTHONUNBUFFERED=1 TORCH_FP32=${TORCH_FP32:-all}
@@ -20,10 +20,10 @@ if ! python3 -c "import transformers" 2>/dev/null && [ -f .gpu/common/tfsite.tar
 fi
 python3 -c "import transformers; print('transformers', transformers.__version__, transformers.__file__)" 2>&1 | tail -1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,pstate --format=csv | tee $OUT/nvidia-smi.txt
-if [ "$#" -gt 0 ]; then
-  python3 benchmarks/gpu/run_on_h200.py "$@" --out $OUT --deadline ${DEADLINE:-400} 2>&1 | tee $OUT/run.log | grep -v "^ \|^{\|^}\|^\[\|^Traceback"
-fi
 if [ -n "${CMP:-}" ] && [ -d "$CMP" ]; then
   python3 -c "import sys; from cuvil_mlir.cli import main; sys.argv=['cuvil']+sys.argv[1:]; sys.exit(main())" \
     compare --from $CMP --json $OUT/compare.json -q 2>&1 | tee $OUT/compare.txt | tail -40
+fi
+if [ "$#" -gt 0 ]; then
+  python3 benchmarks/gpu/run_on_h200.py "$@" --out $OUT --deadline ${DEADLINE:-400} 2>&1 | tee $OUT/run.log | grep -v "^ \|^{\|^}\|^\[\|^Traceback"
 fi
