@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cuvil_mlir.diagnostics import CuvilError
-from cuvil_mlir.passes import parse_pass_spec
 
 POLICIES = ("fp32", "fp16", "bf16", "int8-weight", "int4-weight", "int8")
 
@@ -59,6 +58,10 @@ def parse_policy(spec: str | Policy | None) -> Policy:
 
 def _parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     """``name{k=v,w,k2=v2}`` -> (name, {k: "v,w", k2: "v2"}): list values continue after commas."""
+    # imported here: reading a policy must not need the compiler (``compare --from`` runs where
+    # only the IREE runtime is)
+    from cuvil_mlir.passes import parse_pass_spec
+
     spec = spec.strip()
     name, brace, rest = spec.partition("{")
     if not brace:
