@@ -120,19 +120,39 @@ def _numpy_dtype(dtype: str):
 
 
 def constant_weight(value) -> np.ndarray | None:
-    """The float weight ``value`` holds, read from a literal (or a 2-D transpose of one), in
-    ``value``'s own layout; None when it is not a readable constant float tensor."""
+    """The float weight ``value`` holds, read from a literal (or a 2-D transpose of one, or an
+    exact float upcast of either: a half model exported on the CPU gets its ``addmm`` weights
+    as ``to.dtype(f16 literal, f32)``), in ``value``'s own layout and dtype; None when it is not
+    a readable constant float tensor."""
     t = info(value)
     if t is None or t.dtype not in FLOAT_DTYPES or not t.is_static:
         return None
-    array = literal_array(value)
+    array = _literal_or_upcast(value)
     if array is None:
         source = transposed_2d_source(value)
-        array = None if source is None else literal_array(source)
+        array = None if source is None else _literal_or_upcast(source)
         array = None if array is None else np.ascontiguousarray(array.T)
     if array is None or tuple(array.shape) != t.shape:
         return None
     return array
+
+
+_WIDTH = {"bf16": 16, "f16": 16, "f32": 32, "f64": 64}
+_CASTS = ("torch.aten.to.dtype", "torch.prims.convert_element_type")
+
+
+def _literal_or_upcast(value) -> np.ndarray | None:
+    array = literal_array(value)
+    if array is not None:
+        return array
+    cast = defining_op(value, _CASTS)
+    if cast is None:
+        return None
+    src, dst = info(cast.operands[0]), info(value)
+    if src is None or src.dtype not in _WIDTH or _WIDTH[src.dtype] > _WIDTH[dst.dtype]:
+        return None  # only widening casts are exact
+    array = literal_array(cast.operands[0])
+    return None if array is None else np.asarray(array, dtype=np.float64 if dst.dtype == "f64" else np.float32)
 
 
 def _quantized_weight(w: np.ndarray, dtype: str, bits: int, group: int):
@@ -190,6 +210,24 @@ def _lossy(pattern: str, rtol: float, *, matches: bool = True):
     """Register an example with the error the checker allows (quantization is lossy by
     design; relative to the largest output: int8 ~1e-2, int4 ~1e-1 on random weights)."""
     return _examples.example(pattern, matches=matches, rtol=rtol)
+
+
+@_lossy("quantize_linear", 0.05)
+def _upcast_half_weight(rng):
+    """A half weight used in f32 (a half model's addmm exported on the CPU reads like this)."""
+    import torch
+
+    class Upcast(torch.nn.Module):
+        def __init__(self, d_in, d_out, transposed):
+            super().__init__()
+            self.transposed = transposed  # GPT-2's Conv1D: x @ W[in, out]
+            self.register_buffer("w", torch.randn(d_in, d_out).half() if transposed else torch.randn(d_out, d_in).half())
+
+        def forward(self, x):
+            return x @ self.w.float() if self.transposed else torch.nn.functional.linear(x, self.w.float())
+
+    d_in, d_out = int(rng.integers(2, 65)), int(rng.integers(1, 65))
+    return Upcast(d_in, d_out, bool(rng.integers(0, 2))).eval(), (torch.randn(3, d_in),)
 
 
 @_lossy("quantize_linear", 0.05)

@@ -19,7 +19,7 @@ from cuvil_mlir.ir import parse_module
 from cuvil_mlir.lowering import raise_pt2e_quant
 from cuvil_mlir.pipeline import Options, compile_program
 from cuvil_mlir.targets import iree, parse_targets
-from models import MLP, SmallCNN
+from models import MLP, SmallCNN, gpt2
 
 # Error budgets (relative L2 error of the output against eager fp32), docs/precision.md.
 BUDGETS = {"int8-weight": 2e-2, "int4-weight": 0.2, "int8": 5e-2}
@@ -91,6 +91,20 @@ def test_weight_only_keeps_fp16_dtype():
     y = compiled(x)
     assert y.dtype == torch.float16
     assert _rel(y, model.float()(x.float())) < BUDGETS["int8-weight"]
+
+
+def test_half_gpt2_conv1d_weights_are_quantized():
+    """Exported on the CPU, a half GPT-2's Conv1D (addmm) reads its weights as f32 upcasts of f16
+    literals; they are quantized all the same (4 per layer and the LM head)."""
+    model, args = gpt2(layers=2)
+    compiled = cuvil_mlir.compile(model.half(), args, precision="int8-weight")
+    assert compiled.patterns_fired["quantize-weights"] == {"quantize_linear": 9}
+    logits = compiled(*args)
+    logits = logits[0] if isinstance(logits, (tuple, list)) else logits
+    assert logits.dtype == torch.float16
+    ref = model.float()(*args)
+    ref = ref[0] if isinstance(ref, (tuple, list)) else getattr(ref, "logits", ref)
+    assert _rel(logits.float(), ref) < 5e-2
 
 
 def test_int8_weight_literals_are_3_5x_smaller_int4_smaller_still(mlp):
