@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cuvil_mlir.diagnostics import CuvilError
+from cuvil_mlir.measure import to_numpy
 from cuvil_mlir.lowering.demote_precision import FORWARD
 from cuvil_mlir.precision import BUDGETS, Policy, parse_policy
+from cuvil_mlir.signature import as_signature
 
 # What each policy rewrites (pass -> the patterns that change an op's precision) and the
 # option that keeps module paths out of it.
@@ -33,8 +35,9 @@ _REWRITES = {
     "demote-precision": ("demote_linear", "demote_conv2d", "demote_attention", "demote_norm", "demote_matmul",
                          "demote_elementwise", "demote_softmax", "demote_reduction", "demote_exp", "demote_log"),
     "quantize-weights": ("quantize_linear", "quantize_conv2d"),
+    "quantize-static": ("static_linear", "static_conv2d"),
 }
-_KEEP_OPTION = {"fp16": "keep_paths", "bf16": "keep_paths", "int8-weight": "skip", "int4-weight": "skip"}
+_KEEP_OPTION = {"fp16": "keep_paths", "bf16": "keep_paths", "int8-weight": "skip", "int4-weight": "skip", "int8": "skip"}
 # Budgets of the weight-only policies (tests/python/test_quantization.py holds them to these).
 DEFAULT_BUDGETS = {**BUDGETS, "int8-weight": 2e-2, "int4-weight": 0.2, "int8": 5e-2}
 
@@ -170,7 +173,7 @@ class _Session:
         built = _compile_for_target(self.target, self.imported, self.ctx, options, None, True)
         self.compiles += 1
         compiled = CompiledModel([built.module], _metadata(self.signature, [built], options, 0.0))
-        got = _flat(compiled(*[a.numpy() if hasattr(a, "numpy") else a for a in self.args]))
+        got = _flat(compiled(*as_signature([to_numpy(a) for a in self.args], compiled.signature)))
         return [metrics(g, r) for g, r in zip(got, self.reference)], built.sites
 
 
@@ -211,8 +214,8 @@ def _check_policy(policy: Policy) -> None:
 
 def report(model, args=(), *, precision: str = "fp16", per_op: bool | None = None, target: str = "cpu",
            opt_level: int = 3, calibration=None) -> AccuracyReport:
-    """End-to-end metrics of ``precision`` against eager fp32 and, with ``per_op`` (default: for
-    fp16, bf16, int8-weight, int4-weight), the error each rewritten op adds alone, worst first.
+    """End-to-end metrics of ``precision`` against eager fp32 and, with ``per_op`` (default: on),
+    the error each rewritten op adds alone, worst first.
     ``calibration``: for precision="int8" (cuvil_mlir.calibrate)."""
     policy = parse_policy(precision)
     per_op = policy.name in _KEEP_OPTION if per_op is None else per_op
@@ -238,10 +241,11 @@ def _report(session: _Session, policy: Policy, per_op: bool) -> AccuracyReport:
 
 
 def search(model, args=(), *, precision: str = "fp16", budget: float | None = None, target: str = "cpu",
-           opt_level: int = 3, max_kept: int | None = None) -> SearchResult:
+           opt_level: int = 3, max_kept: int | None = None, calibration=None) -> SearchResult:
     """The ops ``precision`` must leave in higher precision for its error (max rel err against
     eager fp32) to stay within ``budget`` (default: the policy's documented budget). Greedy:
-    keep the op with the largest error alone, recompile, repeat."""
+    keep the op with the largest error alone, recompile, repeat. ``calibration``: for
+    precision="int8"."""
     policy = parse_policy(precision)
     _check_policy(policy)
     if policy.name not in _KEEP_OPTION:
@@ -249,7 +253,7 @@ def search(model, args=(), *, precision: str = "fp16", budget: float | None = No
     budget = DEFAULT_BUDGETS[policy.name] if budget is None else float(budget)
     if not budget > 0:
         raise CuvilError(f"budget must be a positive relative error, got {budget}")
-    session = _Session(model, args, target=target, opt_level=opt_level, calibration=None)
+    session = _Session(model, args, target=target, opt_level=opt_level, calibration=calibration)
     rep = _report(session, policy, per_op=True)
     kept: list[str] = []
     spec, err = policy.spec, rep.max_rel_err

@@ -144,6 +144,12 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                    help="optimization level -O0..-O3 (default: -O3)")
     p.add_argument("--precision", default="fp32", metavar="POLICY",
                    help="fp32 (default), fp16, bf16, int8-weight, int4-weight[{group=N}], int8 (see docs/precision.md)")
+    p.add_argument("--calibration", action="append", default=[], metavar="FILE",
+                   help="with --precision int8: a calibration saved as .json (Calibration.save), or sample inputs "
+                   "to calibrate on: one .npz (the model's inputs in order) or .npy (one-input models) per sample, "
+                   "repeatable (default: the model's example inputs)")
+    p.add_argument("--calibration-method", choices=("minmax", "percentile"), default="minmax",
+                   help="how sample inputs become ranges (default: minmax)")
     p.add_argument("--emit", metavar="STAGE", help="print the IR after STAGE (torch, cuvil, fused, precision, lowered) instead of compiling")
     p.add_argument("--elide-weights", action=argparse.BooleanOptionalAction, default=None,
                    help="with --emit: hide large constants (default: on for stdout, off for -o)")
@@ -251,6 +257,12 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                    help="an input array, in order (repeatable; default: the program's or factory's example inputs)")
     p.add_argument("--budget", type=float, metavar="REL_ERR", help="search for the ops to keep so that the max relative "
                    "error stays within REL_ERR")
+    p.add_argument("--calibration", action="append", default=[], metavar="FILE",
+                   help="with --precision int8: a calibration saved as .json (Calibration.save), or sample inputs "
+                   "to calibrate on: one .npz (the model's inputs in order) or .npy (one-input models) per sample, "
+                   "repeatable (default: the model's example inputs)")
+    p.add_argument("--calibration-method", choices=("minmax", "percentile"), default="minmax",
+                   help="how sample inputs become ranges (default: minmax)")
     p.add_argument("--no-per-op", dest="per_op", action="store_false", default=None,
                    help="end-to-end metrics only (one compile)")
     p.add_argument("--target", default="cpu", help="where to compile and run (default: cpu)")
@@ -283,10 +295,11 @@ def _accuracy(args, parser) -> int:
     if inputs is None:
         raise InputError(f"{args.model} carries no example inputs: pass them with --input X.npy")
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    calibration = _calibration(args, model, inputs) if _needs_calibration(args) else None
     result = {}
     if args.budget is not None:
         found = accuracy.search(model, inputs, precision=args.precision, budget=args.budget, target=args.target,
-                                opt_level=args.opt_level)
+                                opt_level=args.opt_level, calibration=calibration)
         print(found.report.describe())
         verdict = "meets" if found.met else "does NOT meet"
         print(f"search: {found.policy} {verdict} the budget {found.budget:g} (max rel err {found.max_rel_err:.3g}; "
@@ -294,7 +307,7 @@ def _accuracy(args, parser) -> int:
         result = {"search": found.to_json()}
     else:
         rep = accuracy.report(model, inputs, precision=args.precision, per_op=args.per_op, target=args.target,
-                              opt_level=args.opt_level)
+                              opt_level=args.opt_level, calibration=calibration)
         print(rep.describe())
         result = {"report": rep.to_json()}
     if args.json:
@@ -355,6 +368,12 @@ def _compile(args, parser) -> int:
         _check_writable(Path(args.output))
     _quiet_torch_logs(args)
     try:
+        if _needs_calibration(args):
+            from cuvil_mlir.importers.fx import load_exported_program
+
+            program = load_exported_program(args.model)
+            options.calibration = _calibration(args, program, program.example_inputs[0] if program.example_inputs else None,
+                                               patterns=tuple(patterns), disabled_passes=tuple(args.disable_pass))
         if args.emit is not None:
             elide = args.elide_weights if args.elide_weights is not None else not args.output
             emitted = compile_program(args.model, (), options, emit=args.emit, elide_weights=elide)
@@ -456,6 +475,52 @@ def _run(args, parser) -> int:
     for i, out in enumerate(outputs):
         print(f"output {i}: {_describe_array(out)} {_preview(out)}")
     return 0
+
+
+def _needs_calibration(args) -> bool:
+    """Whether the policy is static int8; --calibration with any other policy is a mistake."""
+    from cuvil_mlir.precision import parse_policy
+
+    if parse_policy(args.precision).name == "int8":
+        return True
+    if args.calibration:
+        raise CuvilError(f"--calibration applies to --precision int8 only, got --precision {args.precision}")
+    return False
+
+
+def _calibration(args, model, example_inputs, **pipeline):
+    """The Calibration --calibration names: a saved .json, or ranges measured on sample files
+    (.npz: the inputs in order; .npy: one input), or on the example inputs when none is given."""
+    import numpy as np
+    import torch
+
+    from cuvil_mlir.calibration import Calibration, calibrate
+
+    files = args.calibration
+    if any(f.endswith(".json") for f in files):
+        if len(files) != 1:
+            raise CuvilError("--calibration: give one saved calibration (.json) or sample inputs (.npz/.npy), not both")
+        return Calibration.load(files[0]) if Path(files[0]).is_file() else _missing(files[0])
+    samples = []
+    for f in files:
+        if f.endswith(".npz"):
+            if not Path(f).is_file():
+                _missing(f)
+            with np.load(f, allow_pickle=False) as z:
+                samples.append(tuple(torch.from_numpy(z[k]) for k in z.files))
+        else:
+            samples.append((torch.from_numpy(_read_npy(f)),))
+    if not samples:
+        if example_inputs is None:
+            raise InputError(f"precision int8 needs sample inputs to calibrate on: {args.model} carries no example "
+                             "inputs; pass --calibration SAMPLE.npz (repeatable) or a saved calibration .json")
+        print("calibrating int8 on the example inputs (one sample; pass --calibration SAMPLE.npz for more)", file=sys.stderr)
+        samples = [tuple(example_inputs)]
+    return calibrate(model, samples, method=args.calibration_method, target=args.target, **pipeline)
+
+
+def _missing(path: str):
+    raise InputError(f"calibration file not found: {path}")
 
 
 def _read_npy(path: str):

@@ -122,7 +122,7 @@ def _metadata(signature, built: list["_Built"], options: Options, import_seconds
     return {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "function": "main",
-        "signature": signature.to_json(),
+        "signature": (first.signature or signature).to_json(),
         "target": first.module.target,
         "targets": [b.module.target for b in built],
         "opt_level": options.opt_level,
@@ -140,6 +140,7 @@ class _Built:
     fired: dict[str, dict[str, int]]
     seconds: dict[str, float]
     sites: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # pass -> pattern -> module path -> n
+    signature: object = None  # read after the stages (a precision policy may narrow the I/O); None: the import's
 
 
 def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, elide_weights):
@@ -157,6 +158,7 @@ def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, el
             seconds[stage] = round(time.perf_counter() - start, 4)
             if emit == stage:
                 return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
+        signature = signature_of(module)
         lowered = module_to_bytecode(module)
         if lowered in tried:
             continue
@@ -176,7 +178,7 @@ def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, el
         fired_json = {name: dict(c) for name, c in fired.items() if c}
         sites = {name: {p: dict(where) for p, where in getattr(c, "sites", {}).items()} for name, c in fired.items() if c}
         module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements())
-        return _Built(module, fired_json, seconds, sites)
+        return _Built(module, fired_json, seconds, sites, signature)
     raise _all_failed(target, failures)
 
 

@@ -6,10 +6,11 @@ with options, ``name{option=value,...}``:
     fp32                      no change (the default)
     fp16, bf16                demote compute to 16-bit floats, keeping sensitive ops in fp32;
                               options keep=<kinds> (default softmax,norm,reduction,exp,log; none),
-                              keep_paths=<module paths> (lm_head, h.0.*)
+                              keep_paths=<module paths> (lm_head, h.0.*), io=model|fp16 (bf16:
+                              io=model|bf16; default model: inputs and outputs keep their dtype)
     int8-weight               weight-only int8, per output channel, symmetric; skip=<module paths>
     int4-weight{group=128}    weight-only int4, group-wise; skip=<module paths>
-    int8                      static int8 weights and activations (needs a calibration)
+    int8                      static int8 weights and activations (needs a calibration); skip=<module paths>
 
 An option's value may be a comma-separated list: ``fp16{keep=softmax,norm,keep_paths=lm_head}``
 (an item without ``=`` continues the previous option's list). docs/precision.md describes
@@ -94,7 +95,7 @@ def stage_passes(policy: str | Policy | None, calibration=None) -> list:
         return [_weight_only_pass(policy)]
     if policy.name == "int8":
         return [_static_int8_pass(policy, calibration)]
-    return [_demote_pass(policy)]
+    return _demote_passes(policy)
 
 
 HALF_POLICIES = {"fp16": "f16", "bf16": "bf16"}
@@ -103,16 +104,23 @@ HALF_POLICIES = {"fp16": "f16", "bf16": "bf16"}
 BUDGETS = {"fp16": 1e-2, "bf16": 5e-2}
 
 
-def _demote_pass(policy: Policy):
-    """fp16 / bf16{keep=...,keep_paths=...} -> demote-precision{dtype=f16|bf16,keep=...,keep_paths=...}."""
-    from cuvil_mlir.lowering import demote_precision
+def _demote_passes(policy: Policy) -> list:
+    """fp16 / bf16{keep=...,keep_paths=...} -> demote-precision{dtype=f16|bf16,keep=...,keep_paths=...},
+    after narrow-io{dtype=...} with io=fp16 / io=bf16 (so demotion folds the casts it adds)."""
+    from cuvil_mlir.lowering import demote_precision, narrow_io
 
-    extra = [k for k, _ in policy.options if k not in ("keep", "keep_paths")]
+    extra = [k for k, _ in policy.options if k not in ("keep", "keep_paths", "io")]
     if extra:
-        raise CuvilError(f"precision {policy.name} takes only keep, keep_paths; got {policy.spec}")
-    given = {"dtype": HALF_POLICIES[policy.name]}
-    given.update({k: v.replace(",", ":") for k, v in policy.options})
-    return demote_precision.PASS.configure(given)
+        raise CuvilError(f"precision {policy.name} takes only keep, keep_paths, io; got {policy.spec}")
+    io = policy.option("io", "model")
+    if io not in ("model", policy.name):
+        raise CuvilError(f"precision {policy.spec}: io={io} is not one of model (inputs and outputs keep their dtype), "
+                         f"{policy.name} (take and return {policy.name})")
+    dtype = HALF_POLICIES[policy.name]
+    given = {"dtype": dtype}
+    given.update({k: v.replace(",", ":") for k, v in policy.options if k != "io"})
+    demote = demote_precision.PASS.configure(given)
+    return [demote] if io == "model" else [narrow_io.PASS.configure({"dtype": dtype}), demote]
 
 
 # Quantized policies only: IREE's const-expr hoisting would otherwise evaluate the weight
@@ -143,14 +151,15 @@ def _weight_only_pass(policy: Policy):
 
 
 def _static_int8_pass(policy: Policy, calibration):
-    """int8 -> quantize-static with the calibration's activation ranges."""
+    """int8{skip=P} -> quantize-static{skip=P} with the calibration's activation ranges."""
     from cuvil_mlir.calibration import Calibration
     from cuvil_mlir.lowering import quantize_static
 
-    if policy.options:
-        raise CuvilError(f"precision int8 takes no options, got {policy.spec}")
+    extra = [k for k, _ in policy.options if k != "skip"]
+    if extra:
+        raise CuvilError(f"precision int8 takes no options (except skip), got {policy.spec}")
     if calibration is None:
         raise CuvilError("precision int8 needs activation ranges: pass calibration=cuvil_mlir.calibrate(model, sample_inputs)")
     if not isinstance(calibration, Calibration):
         raise CuvilError(f"calibration must be a cuvil_mlir.calibration.Calibration (from cuvil_mlir.calibrate), got {type(calibration).__name__}")
-    return quantize_static.make_pass(calibration.ranges)
+    return quantize_static.make_pass(calibration.ranges, skip=policy.option("skip", "none").replace(",", ":"))

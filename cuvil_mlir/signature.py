@@ -50,6 +50,28 @@ class Signature:
                 raise InputError(f"input {i}: expected shape {spec.describe()}, got {got_dtype}{list(a.shape)}")
 
 
+def numpy_dtype(name: str):
+    """The numpy dtype of a signature's dtype name (bfloat16: ml_dtypes', IREE's dependency)."""
+    import numpy as np
+
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def as_signature(arrays, signature: Signature) -> list:
+    """Float numpy ``arrays`` cast to the float dtypes ``signature`` takes (a policy with
+    ``io=fp16`` takes float16 where the model took float32); others unchanged."""
+    out = []
+    for a, spec in zip(arrays, signature.inputs):
+        if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
+            a = a.astype(numpy_dtype(spec.dtype)) if a.dtype.name != spec.dtype else a
+        out.append(a)
+    return out
+
+
 def spec_from_type(type_text: str) -> TensorSpec:
     info = parse_vtensor(type_text)
     if info is None:

@@ -8,13 +8,13 @@ from . import (
     lower_cuvil_to_torch, raise_torch_to_cuvil, verify_no_cuvil,
 )
 from . import quantize_static, quantize_weights, raise_pt2e_quant
-from . import demote_precision
+from . import demote_precision, narrow_io
 
 # In the order `cuvil passes` lists them: raise, fuse, precision/quantize, lower, verify.
 BUILTIN_PASSES = tuple(m.PASS for m in (
     raise_torch_to_cuvil, raise_pt2e_quant,
     fuse_conv_bn, fuse_norms, fuse_attention, fuse_linear_epilogue, fuse_gated_ffn, fuse_horizontal,
-    quantize_weights, quantize_static, demote_precision,
+    quantize_weights, quantize_static, narrow_io, demote_precision,
     lower_cuvil_to_torch,
     verify_no_cuvil,
 ))

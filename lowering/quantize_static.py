@@ -31,7 +31,7 @@ import numpy as np
 from cuvil_mlir.diagnostics import CuvilError, location_text
 from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.ir import ir
-from cuvil_mlir.passes import FunctionPass
+from cuvil_mlir.passes import ConfigurablePass, FunctionPass
 from cuvil_mlir.patterns import PatternSet, const_float, defining_op, info, literal, literal_array
 
 from .quantize_weights import constant_weight, conv_attributes, quantize_per_channel
@@ -144,7 +144,8 @@ def _scalar_and_other(op):
     return None, None
 
 
-patterns = PatternSet(NAME, description="static int8 (calibrated input range) for cuvil.linear and cuvil.conv2d")
+DESCRIPTION = "static int8 (calibrated input range) for cuvil.linear and cuvil.conv2d"
+EXAMPLES: list = []  # shared by every configuration
 
 
 def _quantized_weight(op):
@@ -153,33 +154,50 @@ def _quantized_weight(op):
     return literal(q, "si8"), literal(scale.astype(np.float32), "f32")
 
 
-@patterns.add("cuvil.linear")
-def static_linear(op, rewriter):
-    """cuvil.linear(x, W, b) {cuvil.input_range} -> cuvil.qlinear(x, Wq, ws, b) {input_scale, input_zero_point}"""
-    bounds = _input_range(op)
-    if bounds is None or not _fits(op):
-        return None
-    scale, zero_point = input_qparams(*bounds)
-    wq, ws = _quantized_weight(op)
-    return cuvil.qlinear(op.result.type, op.input, wq, ws, op.bias, input_scale=scale, input_zero_point=zero_point,
-                         activation=cuvil.activation_of(op))
+def make(skip: str = "none") -> PatternSet:
+    """The patterns; ``skip`` (module paths, ``:``-separated, matched as demote-precision's
+    ``keep_paths``) leaves the layers of those nn.Modules in float."""
+    from cuvil_mlir.diagnostics import module_path
+    from cuvil_mlir.lowering.demote_precision import path_matches, split_list
+
+    skipped = split_list(skip)
+    patterns = PatternSet(NAME, description=DESCRIPTION, examples=EXAMPLES)
+
+    def quantize(op):
+        """(scale, zero point, Wq, ws) when ``op`` is to be quantized, else None."""
+        bounds = _input_range(op)
+        if bounds is None or not _fits(op) or (skipped and path_matches(module_path(op.location), skipped)):
+            return None
+        return (*input_qparams(*bounds), *_quantized_weight(op))
+
+    @patterns.add("cuvil.linear")
+    def static_linear(op, rewriter):
+        """cuvil.linear(x, W, b) {cuvil.input_range} -> cuvil.qlinear(x, Wq, ws, b) {input_scale, input_zero_point}"""
+        q = quantize(op)
+        if q is None:
+            return None
+        scale, zero_point, wq, ws = q
+        return cuvil.qlinear(op.result.type, op.input, wq, ws, op.bias, input_scale=scale, input_zero_point=zero_point,
+                             activation=cuvil.activation_of(op))
+
+    @patterns.add("cuvil.conv2d")
+    def static_conv2d(op, rewriter):
+        """cuvil.conv2d(x, W, b) {cuvil.input_range} -> cuvil.qconv2d(x, Wq, ws, b) {input_scale, input_zero_point}"""
+        q = quantize(op)
+        if q is None:
+            return None
+        scale, zero_point, wq, ws = q
+        return cuvil.qconv2d(op.result.type, op.input, wq, ws, op.bias, input_scale=scale, input_zero_point=zero_point,
+                             **conv_attributes(op), activation=cuvil.activation_of(op))
+
+    return patterns
 
 
-@patterns.add("cuvil.conv2d")
-def static_conv2d(op, rewriter):
-    """cuvil.conv2d(x, W, b) {cuvil.input_range} -> cuvil.qconv2d(x, Wq, ws, b) {input_scale, input_zero_point}"""
-    bounds = _input_range(op)
-    if bounds is None or not _fits(op):
-        return None
-    scale, zero_point = input_qparams(*bounds)
-    wq, ws = _quantized_weight(op)
-    return cuvil.qconv2d(op.result.type, op.input, wq, ws, op.bias, input_scale=scale, input_zero_point=zero_point,
-                         **conv_attributes(op), activation=cuvil.activation_of(op))
-
-
-def make_pass(ranges: Sequence[tuple[OpKey, float, float]]) -> FunctionPass:
-    """The pass a compile with precision int8 runs: annotate the calibrated ranges, then rewrite."""
+def make_pass(ranges: Sequence[tuple[OpKey, float, float]], skip: str = "none") -> FunctionPass:
+    """The pass a compile with precision int8 runs: annotate the calibrated ranges, then rewrite
+    (every quantizable op but those of the ``skip`` module paths)."""
     ranges = list(ranges)
+    patterns = make(skip)
 
     def run(module: ir.Module) -> Counter:
         annotate(module, ranges)
@@ -188,7 +206,17 @@ def make_pass(ranges: Sequence[tuple[OpKey, float, float]]) -> FunctionPass:
     return FunctionPass(NAME, run, patterns.description)
 
 
-PASS = patterns
+class _QuantizeStaticPass(ConfigurablePass):
+    """``skip``: any ``:``-separated module paths (the listed values are examples)."""
+
+    def configure(self, given: dict[str, str]):
+        unknown = set(given) - set(self.options)
+        if unknown:
+            raise CuvilError(f"pass '{self.name}' has no option '{sorted(unknown)[0]}'; options: {', '.join(self.options)}")
+        return self.make(skip=given.get("skip", "none"))
+
+
+PASS = _QuantizeStaticPass(NAME, make, {"skip": ("none", "lm_head")}, DESCRIPTION)
 
 
 # ---------------------------------------------------------------------------------------
@@ -197,8 +225,11 @@ PASS = patterns
 # largest output), above the ~1e-2 int8 weights and activations give on these layers.
 
 
+_examples = PatternSet(NAME, examples=EXAMPLES)
+
+
 def _lossy(pattern: str, rtol: float, *, matches: bool = True):
-    return patterns.example(pattern, matches=matches, rtol=rtol)
+    return _examples.example(pattern, matches=matches, rtol=rtol)
 
 
 @_lossy("static_linear", 0.05)
@@ -224,3 +255,9 @@ def _clamped_conv(rng):
 
     c_in, c_out = int(rng.integers(1, 7)), int(rng.integers(1, 7))
     return torch.nn.Sequential(torch.nn.ReLU6(), torch.nn.Conv2d(c_in, c_out, 3, padding=1)).eval(), (torch.randn(1, c_in, 6, 6),)
+
+
+# The default configuration at top level, so `cuvil check-patterns lowering/quantize_static.py`
+# checks the patterns (the registry's PASS is what cuvil-opt runs).
+PATTERNS = make()
+del _examples

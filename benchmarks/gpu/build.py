@@ -13,7 +13,8 @@ Variants of each case (one .vmfb each; VARIANTS below; --variants default|ablati
   plain_h200            cuvil_mlir.pipeline.compile_plain_iree (torch-mlir's import, default decompositions)
                         with the flags of cuda:h200: IREE without any Cuvil pass
   cuvil_vulkan_ampere   cuvil_mlir.compile(target="vulkan:ampere")
-  cuvil_h200_int8w ...  precision policies (int8-weight, int4-weight, fp16); *_f32: from the fp32 model
+  cuvil_h200_int8w ...  precision policies (int8-weight, int4-weight, int8, fp16, fp16{io=fp16}, bf16);
+                        *_f32: from the fp32 model; int8 is calibrated on 4 input sets (calibration_samples)
   cuvil_h200_no_<pass>  one fusion pass disabled (not built when the pass fired nowhere in cuvil_h200)
 Every variant not ending in _f32 is compiled from the fp16 model (``.half()`` on model and float inputs);
 where fp16 fails to compile, from the fp32 model, and case.json says so. Inputs and the PyTorch CPU
@@ -100,9 +101,15 @@ VARIANTS = {
     "cuvil_h200_p16_f32": ("cuvil", "cuda:h200", {"precision": "fp16"}),
     "cuvil_h200_int8w_f32": ("cuvil", "cuda:h200", {"precision": "int8-weight"}),
     "cuvil_h200_int4w_f32": ("cuvil", "cuda:h200", {"precision": "int4-weight"}),
+    "cuvil_h200_bf16_f32": ("cuvil", "cuda:h200", {"precision": "bf16"}),
+    # fp16 compute with fp16 model inputs and outputs (the runner feeds the fp16 inputs)
+    "cuvil_h200_p16io_f32": ("cuvil", "cuda:h200", {"precision": "fp16{io=fp16}"}),
+    # static int8, calibrated on the case's input and 3 more drawn like it (calibration_samples)
+    "cuvil_h200_int8_f32": ("cuvil", "cuda:h200", {"precision": "int8"}),
     # and from the fp16 model: weight-only int8/int4 with fp16 activations
     "cuvil_h200_int8w": ("cuvil", "cuda:h200", {"precision": "int8-weight"}),
     "cuvil_h200_int4w": ("cuvil", "cuda:h200", {"precision": "int4-weight"}),
+    "cuvil_h200_int8": ("cuvil", "cuda:h200", {"precision": "int8"}),
     # fusion ablation on cuda:h200: one fusion pass off each
     **{f"cuvil_h200_no_{p.removeprefix('fuse-').replace('-', '_')}": ("cuvil", "cuda:h200", {"disabled_passes": (p,)})
        for p in ("fuse-conv-bn", "fuse-norms", "fuse-attention", "fuse-linear-epilogue", "fuse-gated-ffn", "fuse-horizontal")},
@@ -110,8 +117,9 @@ VARIANTS = {
 # what `compile` builds when --variants is not given
 DEFAULT_VARIANTS = ("cuvil_h200", "cuvil_h200_td", "plain_h200", "cuvil_vulkan_ampere")
 ABLATION_VARIANTS = ("cuvil_h200", *(v for v in VARIANTS if v.startswith("cuvil_h200_no_")), "plain_h200")
-PRECISION_VARIANTS = ("cuvil_h200", "cuvil_h200_f32", "cuvil_h200_p16_f32", "cuvil_h200_int8w_f32", "cuvil_h200_int4w_f32",
-                      "cuvil_h200_int8w", "cuvil_h200_int4w", "plain_h200", "plain_h200_f32")
+PRECISION_VARIANTS = ("cuvil_h200", "cuvil_h200_f32", "cuvil_h200_p16_f32", "cuvil_h200_p16io_f32", "cuvil_h200_bf16_f32",
+                      "cuvil_h200_int8w_f32", "cuvil_h200_int4w_f32", "cuvil_h200_int8_f32",
+                      "cuvil_h200_int8w", "cuvil_h200_int4w", "cuvil_h200_int8", "plain_h200", "plain_h200_f32")
 # Variants left out of a model by default
 SKIP = {"block768": {"cuvil_vulkan", "cuvil_vulkan_ampere", "cuvil_sm90_td"}}
 
@@ -227,9 +235,24 @@ def half_inputs(args):
     return tuple(a.half() if a.is_floating_point() else a for a in args)
 
 
+def calibration_samples(args, count: int = 4, seed: int = 0) -> list[tuple]:
+    """``args`` and ``count - 1`` more input sets drawn like it (floats: normal with the same mean
+    and std; integers: uniform over the same range), for static int8's calibration."""
+    g = torch.Generator().manual_seed(seed)
+    samples = [tuple(args)]
+    for _ in range(count - 1):
+        samples.append(tuple(
+            (torch.randn(a.shape, generator=g) * a.float().std() + a.float().mean()).to(a.dtype) if a.is_floating_point()
+            else torch.randint(int(a.min()), int(a.max()) + 1, a.shape, generator=g, dtype=a.dtype) for a in args))
+    return samples
+
+
 def compile_cuvil(model, args, spec: str, **options):
     import cuvil_mlir
+    from cuvil_mlir.precision import parse_policy
 
+    if parse_policy(options.get("precision")).name == "int8":
+        options["calibration"] = cuvil_mlir.calibrate(model, calibration_samples(args), target=spec)
     cm = cuvil_mlir.compile(model, args, target=spec, **options)
     m = cm.modules[0]
     return m.vmfb, {"iree_flags": list(m.iree_flags), "passes": list(m.passes),
@@ -304,7 +327,7 @@ def compile_case(name: str, batch: int, variants: list[str], out: Path) -> dict:
         for dtype, model, args in tries[1:] if variant.endswith("_f32") else tries:
             start = time.perf_counter()
             try:
-                vmfb, extra = COMPILERS[how](model, args, spec, **options)
+                vmfb, extra = COMPILERS[how](model, args, spec, **dict(options))
             except Exception as e:  # a failing variant is a result: record it, try fp32, go on
                 info["attempts"].append({"dtype": dtype, "status": failure_text(e), "compile_s": round(time.perf_counter() - start, 2)})
                 log(f"    {variant} {dtype}: FAILED {failure_text(e)[:200]}")
@@ -312,6 +335,8 @@ def compile_case(name: str, batch: int, variants: list[str], out: Path) -> dict:
             seconds = round(time.perf_counter() - start, 2)
             digest = hashlib.sha256(vmfb).hexdigest()
             info.update(extra, dtype=dtype, compile_s=seconds, bytes=len(vmfb), sha256=digest)
+            if "io=fp16" in options.get("precision", ""):  # the module takes fp16: the runner feeds the fp16 inputs
+                info["input_dtype"] = "float16"
             info["attempts"].append({"dtype": dtype, "status": "ok", "compile_s": seconds})
             if digest in by_hash:  # e.g. cuda:h200 (ptx-jit) and cuda:sm_89 give the same flags
                 info["same_as"] = by_hash[digest]

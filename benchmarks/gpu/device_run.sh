@@ -2,6 +2,7 @@
 # On the H200 (device tool), from the repo root: install the IREE runtime wheel and the Vulkan loader,
 # stage cuvil_mlir (its runtime side: no torch-mlir, no IREE compiler); if CMP=DIR is set (a
 # `cuvil compare --build-only DIR`), run `cuvil compare --from DIR` (its competitors: the manifest's);
+# with IO="DIR/case:variant ..." time a CompiledModel call's I/O paths (benchmarks/gpu/io_paths.py);
 # then measure the run folders given (benchmarks/gpu/run_on_h200.py).
 #   DEADLINE=420 CMP=.gpu/cmp bash benchmarks/gpu/device_run.sh .gpu/run1 [...]
 set -u
@@ -23,6 +24,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,
 if [ -n "${CMP:-}" ] && [ -d "$CMP" ]; then
   python3 -c "import sys; from cuvil_mlir.cli import main; sys.argv=['cuvil']+sys.argv[1:]; sys.exit(main())" \
     compare --from $CMP --json $OUT/compare.json -q 2>&1 | tee $OUT/compare.txt | tail -40
+fi
+if [ -n "${IO:-}" ]; then  # IO="run/case:variant ...": where a CompiledModel call's time goes (io_paths.py)
+  python3 benchmarks/gpu/io_paths.py $IO --out $OUT/io.json 2>&1 | tail -20
 fi
 if [ "$#" -gt 0 ]; then
   python3 benchmarks/gpu/run_on_h200.py "$@" --out $OUT --deadline ${DEADLINE:-400} 2>&1 | tee $OUT/run.log | grep -v "^ \|^{\|^}\|^\[\|^Traceback"

@@ -261,16 +261,20 @@ PREC_ROWS = [  # (label, variant, torch dtype it is compared with, error budget:
     ("cuvil precision=fp16 (fp32 model in, fp16 compute)", "cuvil_h200_p16_f32", "float16", 2e-2),
     ("cuvil int8-weight (fp32 model, fp32 activations)", "cuvil_h200_int8w_f32", "float32", 5e-2),
     ("cuvil int4-weight (fp32 model, fp32 activations)", "cuvil_h200_int4w_f32", "float32", 2.5e-1),
+    ("cuvil precision=fp16{io=fp16} (fp32 model, fp16 in/out)", "cuvil_h200_p16io_f32", "float16", 2e-2),
+    ("cuvil precision=bf16 (fp32 model in, bf16 compute)", "cuvil_h200_bf16_f32", "bfloat16", 5e-2),
+    ("cuvil int8 static, calibrated (fp32 model)", "cuvil_h200_int8_f32", "float32", 5e-2),
     ("cuvil fp16 (model.half())", "cuvil_h200", "float16", 2e-2),
     ("plain IREE fp16 (model.half())", "plain_h200", "float16", 2e-2),
     ("cuvil int8-weight (fp16 model)", "cuvil_h200_int8w", "float16", 5e-2),
     ("cuvil int4-weight (fp16 model)", "cuvil_h200_int4w", "float16", 2.5e-1),
+    ("cuvil int8 static, calibrated (fp16 model)", "cuvil_h200_int8", "float16", 5e-2),
 ]
 
 
 def torch_at(case: dict, dtype: str, mode: str):
     t = case.get("torch") or {}
-    t = t.get("float32", {}) if dtype == "float32" else t
+    t = t.get(dtype, {}) if dtype in ("float32", "bfloat16") else t
     t = t.get(mode) or {}
     return t.get("median_ms") if t.get("status") == "ok" else None
 
@@ -304,7 +308,9 @@ def precision_markdown(data: dict, build: dict, date: str, note: str) -> str:
             L.append(f"| {label} | {size / 2**20:.2f} | {cell_ms(c, k)} | " if size else f"| {label} | - | {cell_ms(c, k)} | ")
             L[-1] += " | ".join(ratio(torch_at(c, dt, m), ms) for m in ("eager", "compile_default", "compile_reduce_overhead"))
             L[-1] += f" | {err_cell(row, budget)} |"
-        for dt in ("float32", "float16"):
+        for dt in ("float32", "float16", "bfloat16"):
+            if dt == "bfloat16" and not (c.get("torch") or {}).get("bfloat16"):
+                continue
             cells = [f"{torch_at(c, dt, m):.3f}" if torch_at(c, dt, m) else "-" for m in ("eager", "compile_default", "compile_reduce_overhead")]
             L.append(f"| torch {dt} eager / compile / reduce-overhead (ms) | - | {' / '.join(cells)} | | | | |")
         L.append("")

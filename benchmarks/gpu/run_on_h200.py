@@ -148,7 +148,7 @@ def check(case_dir: Path, variant: str) -> dict:
 
     case = json.loads((case_dir / "case.json").read_text())
     info = case["variants"][variant]
-    inputs = [np.load(case_dir / f) for f in case["inputs"][info["dtype"]]]
+    inputs = [np.load(case_dir / f) for f in case["inputs"][info.get("input_dtype", info["dtype"])]]
     refs = [np.load(case_dir / f) for f in case["refs"]]
     out = {}
     t0 = time.perf_counter()
@@ -237,7 +237,7 @@ def run_benchmark(case_dir: Path, case: dict, variant: str, out_dir: Path) -> di
 
 def bench_once(case_dir: Path, case: dict, info: dict, json_out: Path, flags: list[str]) -> dict:
     cmd = [tool("iree-benchmark-module"), f"--module={case_dir / info['file']}", f"--device={info['driver']}", *flags,
-           *[f"--input=@{case_dir / f}" for f in case["inputs"][info["dtype"]]],
+           *[f"--input=@{case_dir / f}" for f in case["inputs"][info.get("input_dtype", info["dtype"])]],
            f"--benchmark_out={json_out}", "--benchmark_out_format=json"]
     res = {"command": shlex.join(cmd).replace(str(REPO) + "/", "").replace(str(SITE) + "/", "$SITE/")}
     json_out.unlink(missing_ok=True)
@@ -284,15 +284,23 @@ def torch_case(case_dir: Path, case: dict) -> dict:
     if any(v.endswith("_f32") for v in case["variants"]) and TORCH_FP32(case["model"]):
         model32, _ = gpu_models.build(case["builder"], case["kwargs"])
         out["float32"] = torch_modes(model32.float().to(DEVICE).eval(), case_dir, case["inputs"]["float32"], refs, same)
+    # bf16 where the case has a bf16 policy (no bf16 .npy: the fp32 inputs, cast on the device)
+    if any("bf16" in v for v in case["variants"]):
+        model_bf, _ = gpu_models.build(case["builder"], case["kwargs"])
+        out["bfloat16"] = torch_modes(model_bf.bfloat16().to(DEVICE).eval(), case_dir, case["inputs"]["float32"], refs, same,
+                                      cast=torch.bfloat16)
     return out
 
 
-def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool) -> dict:
-    """eager, torch.compile default and reduce-overhead of one model (one dtype) on DEVICE."""
+def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool, cast=None) -> dict:
+    """eager, torch.compile default and reduce-overhead of one model (one dtype) on DEVICE;
+    ``cast``: the dtype floating inputs are converted to first."""
     import torch
 
     out = {}
     inputs = [torch.from_numpy(np.load(case_dir / f)).to(DEVICE) for f in input_files]
+    if cast is not None:
+        inputs = [x.to(cast) if x.is_floating_point() else x for x in inputs]
 
     def eager():
         return model(*inputs)

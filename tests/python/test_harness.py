@@ -215,6 +215,17 @@ def test_a_precision_config_is_checked_against_its_budget():
     assert quantized.patterns_fired["quantize-weights"]
 
 
+def test_a_precision_config_with_16_bit_io_is_fed_16_bit_inputs():
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
+    report = compare(mlp, (torch.randn(4, 32),), targets=["cpu"], configs=["precision:bf16{io=bf16}"],
+                     competitors=(), repetitions=2)
+    entry = report.entry("cpu [precision:bf16{io=bf16}]")
+    assert entry.status == "ok", entry.error
+    assert entry.patterns_fired["narrow-io"] == {"narrow_input": 1, "narrow_output": 1}
+    assert 1e-4 < entry.numerics.max_rel_err <= entry.numerics.rtol and entry.latency is not None
+
+
 def test_disabled_pattern_keeps_the_rest_of_its_pass():
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).eval()

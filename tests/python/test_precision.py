@@ -186,12 +186,72 @@ def test_search_fp16_meets_a_tight_budget_with_keep_paths():
     assert found.max_rel_err < rep.max_rel_err
 
 
-def test_report_of_static_int8_is_end_to_end():
-    model, x = Tanh3().eval(), torch.randn(8, 32)
+def test_report_and_search_of_static_int8_per_op():
+    model, x = Tanh3(outlier=40.0).eval(), torch.randn(8, 32)
     cal = cuvil_mlir.calibrate(model, [x, torch.randn(8, 32)])
     rep = accuracy.report(model, (x,), precision="int8", calibration=cal)
-    assert rep.ops == [] and rep.compiles == 1
+    assert {o.path for o in rep.ops} == {"inp", "mid", "out"} and rep.compiles == 4
+    assert all(o.kinds == ("linear",) for o in rep.ops)
+    errors = [o.max_rel_err for o in rep.ops]
+    assert errors == sorted(errors, reverse=True) and errors[-1] > 0, rep.describe()
+    worst = rep.ops[0].path
     assert 0 < rep.max_rel_err <= accuracy.DEFAULT_BUDGETS["int8"] and rep.metrics[0].top1 > 0.5
+    budget = rep.ops[1].max_rel_err * 1.01  # below what the worst op alone costs: it must stay float
+    found = accuracy.search(model, (x,), precision="int8", budget=budget, calibration=cal)
+    assert found.kept[0] == worst and found.policy.startswith(f"int8{{skip={worst}")
+    assert found.met == (found.max_rel_err <= budget) and found.max_rel_err < rep.max_rel_err
+    kept = cuvil_mlir.compile(model, (x,), precision=found.policy, calibration=cal)
+    assert worst not in kept.metadata["pattern_sites"]["quantize-static"]["static_linear"]
+
+
+def test_int8_skip_keeps_a_layer_float():
+    model, x = Tanh3().eval(), torch.randn(8, 32)
+    cal = cuvil_mlir.calibrate(model, [x])
+    compiled = cuvil_mlir.compile(model, (x,), precision="int8{skip=out,inp}", calibration=cal)
+    assert compiled.metadata["pattern_sites"]["quantize-static"] == {"static_linear": {"mid": 1}}
+    assert compiled.metadata["precision"] == "int8{skip=out,inp}"
+
+
+# ---------------------------------------------------------------------------------------
+# io=fp16: 16-bit model inputs and outputs
+
+
+@pytest.mark.parametrize("policy, dtype", [("fp16{io=fp16}", torch.float16), ("bf16{io=bf16}", torch.bfloat16)])
+def test_io_half_takes_and_returns_16_bit(policy, dtype):
+    model, args = models.transformer_block()
+    with torch.no_grad():
+        ref = model(*args)
+    compiled = cuvil_mlir.compile(model, args, precision=policy)
+    half = {torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
+    assert [s.dtype for s in compiled.signature.inputs] == [half] and [s.dtype for s in compiled.signature.outputs] == [half]
+    assert compiled.patterns_fired["narrow-io"] == {"narrow_input": 1, "narrow_output": 1}
+    got = compiled(args[0].to(dtype))
+    assert got.dtype == dtype and got.shape == ref.shape
+    assert _rel(got.float(), ref) <= BUDGETS[policy[:4]]
+    # a model whose first and last ops are demoted: the boundary casts fold, no f32 copy is made
+    tanh3, x = Tanh3().eval(), torch.randn(2, 32)
+    text = _ir(tanh3, (x,), policy)
+    assert "convert_element_type" not in text and text.count(f"{policy[:4].replace('fp', 'f')}>") > 0
+    with pytest.raises(cuvil_mlir.CuvilError, match=f"input 0: expected dtype {half}, got float32"):
+        compiled(args[0])
+
+
+def test_io_half_leaves_integer_inputs_alone():
+    model, args = models.gpt2()
+    compiled = cuvil_mlir.compile(model, args, precision="fp16{io=fp16}")
+    assert compiled.signature.inputs[0].dtype == "int64" and compiled.signature.outputs[0].dtype == "float16"
+    with torch.no_grad():
+        ref = model(*args)
+    assert _rel(compiled(*args).float(), ref) <= BUDGETS["fp16"]
+    rep = accuracy.report(model, args, precision="fp16{io=fp16}", per_op=False)  # the report feeds what the module takes
+    assert rep.max_rel_err <= BUDGETS["fp16"]
+
+
+def test_io_option_is_checked():
+    model, x = Tanh3().eval(), torch.randn(2, 32)
+    with pytest.raises(cuvil_mlir.CuvilError, match=r"io=bf16 is not one of model .*, fp16"):
+        cuvil_mlir.compile(model, (x,), precision="fp16{io=bf16}")
+    assert cuvil_mlir.compile(model, (x,), precision="fp16{io=model}").signature.inputs[0].dtype == "float32"
 
 
 def test_top1_agreement_and_metrics():
@@ -206,7 +266,7 @@ def test_fp32_and_unsupported_per_op_policies_are_errors():
     model, x = Tanh3().eval(), torch.randn(2, 32)
     with pytest.raises(cuvil_mlir.CuvilError, match="fp32 changes nothing"):
         accuracy.report(model, (x,), precision="fp32")
-    with pytest.raises(cuvil_mlir.CuvilError, match="search needs a policy that can keep ops"):
+    with pytest.raises(cuvil_mlir.CuvilError, match="needs activation ranges"):
         accuracy.search(model, (x,), precision="int8")
 
 
@@ -221,3 +281,37 @@ def test_cli_accuracy_on_a_pt2(tmp_path, capsys):
     report = json.loads(out.read_text())["report"]
     assert report["policy"] == "bf16" and {o["path"] for o in report["ops"]} == {"", "inp", "mid", "out"}  # "": the tanh of forward
     assert report["max_rel_err"] <= BUDGETS["bf16"]
+
+
+def test_cli_int8_compile_and_accuracy_calibrate(tmp_path, capsys):
+    model, x = Tanh3().eval(), torch.randn(4, 32)
+    path = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(path))
+    # no --calibration: the example inputs, said so
+    assert main(["compile", str(path), "--precision", "int8", "-o", str(tmp_path / "a.cuvilpkg")]) == 0
+    captured = capsys.readouterr()
+    assert "calibrating int8 on the example inputs" in captured.err
+    # samples as .npz (one per sample) and a saved calibration give the same ranges as calibrate()
+    samples = [torch.randn(4, 32) for _ in range(3)]
+    files = []
+    for i, s in enumerate(samples):
+        files += ["--calibration", str(tmp_path / f"s{i}.npz")]
+        np.savez(tmp_path / f"s{i}.npz", s.numpy())
+    assert main(["compile", str(path), "--precision", "int8{skip=out}", *files, "-o", str(tmp_path / "b.cuvilpkg")]) == 0
+    pkg = cuvil_mlir.load(str(tmp_path / "b.cuvilpkg"))
+    assert pkg.metadata["pattern_sites"]["quantize-static"]["static_linear"] == {"inp": 1, "mid": 1}
+    with torch.no_grad():
+        ref = model(x)
+    assert _rel(pkg(x), ref) <= accuracy.DEFAULT_BUDGETS["int8"]
+    cal = cuvil_mlir.calibrate(model, samples)
+    cal.save(tmp_path / "cal.json")
+    assert main(["compile", str(path), "--precision", "int8{skip=out}", "--calibration", str(tmp_path / "cal.json"),
+                 "-o", str(tmp_path / "c.cuvilpkg")]) == 0
+    assert np.array_equal(np.asarray(cuvil_mlir.load(str(tmp_path / "c.cuvilpkg"))(x)), np.asarray(pkg(x)))
+    assert main(["accuracy", str(path), "--precision", "int8", "--no-per-op"]) == 0
+    assert "precision int8 against fp32 PyTorch" in capsys.readouterr().out
+    # mistakes are named
+    assert main(["compile", str(path), "--precision", "fp16", "--calibration", "x.npz", "-o", str(tmp_path / "d.cuvilpkg")]) != 0
+    assert "--calibration applies to --precision int8 only" in capsys.readouterr().err
+    assert main(["compile", str(path), "--precision", "int8", "--calibration", str(tmp_path / "nope.npz"), "-o", str(tmp_path / "d.cuvilpkg")]) != 0
+    assert "calibration file not found" in capsys.readouterr().err
