@@ -21,6 +21,11 @@ from cuvil_mlir.diagnostics import RuntimeFailure
 # 0.39 ms a call against 1.74 ms (small MLP; the copy path allocates pinned staging memory
 # per call). HIP is listed on IREE's word (array_interop.py: "HIP/CUDA do"); not run here.
 HOST_IMPORT_DRIVERS = frozenset({"local-task", "local-sync", "cuda", "hip"})
+# Drivers whose device gets IREE's caching allocator (as iree-benchmark-module's
+# --device_allocator=caching): a call allocates its inputs and results, and on a GPU an
+# uncached device allocation costs more than a small model's kernels. Not Vulkan: lavapipe
+# rejects the caching allocator's queue allocations (INVALID_ARGUMENT, memory_type=DEVICE_LOCAL).
+CACHING_DRIVERS = frozenset({"cuda"})
 
 
 def runtime_version() -> str:
@@ -82,14 +87,21 @@ class Session:
     drivers of HOST_IMPORT_DRIVERS and copies everywhere else; ``True`` / ``False`` force it.
     """
 
-    def __init__(self, vmfb: bytes, driver: str, *, copy: bool | None = None):
+    def __init__(self, vmfb: bytes, driver: str, *, copy: bool | None = None, allocator: str | None = None):
         import iree.runtime as rt
 
         self.driver = driver
         self.copies = copy if copy is not None else driver not in HOST_IMPORT_DRIVERS
+        self.allocator = allocator or ("caching" if driver in CACHING_DRIVERS else "default")
+        if self.allocator not in ("caching", "default"):
+            raise RuntimeFailure(f"unknown device allocator '{self.allocator}' (caching or default)")
         try:
-            self._config = rt.Config(driver)
-            self._device = self._config.device
+            if self.allocator == "caching":
+                self._device = rt.get_driver(driver).create_default_device(allocators=["caching"])
+                self._config = rt.Config(device=self._device)
+            else:
+                self._config = rt.Config(driver)
+                self._device = self._config.device
             self._ctx = rt.SystemContext(config=self._config)
             self._vm_module = rt.VmModule.copy_buffer(self._ctx.instance, vmfb)
             self._ctx.add_vm_module(self._vm_module)
@@ -97,6 +109,7 @@ class Session:
             raise RuntimeFailure(f"IREE runtime could not load the module on driver '{driver}': {_one_line(e)}") from e
         self._module = self._ctx.modules[self._vm_module.name]
         self._invokers: dict = {}
+        self._staging: dict[int, list] = {}  # allocation size -> host staging buffers, reused across calls
 
     def invoke(self, function: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
         try:
@@ -150,20 +163,27 @@ class Session:
 
     def _to_host(self, views) -> list[np.ndarray]:
         """Device buffers -> host-visible staging buffers (copies queued in a chain, waited
-        on once) -> numpy arrays that own their memory."""
+        on once) -> numpy arrays that own their memory. The staging buffers are kept for
+        the next call (allocating pinned host memory costs more than the copy)."""
         import iree.runtime as rt
 
         device = self._device
         semaphore, step, staged = device.create_semaphore(0), 0, []
+        free = {size: list(buffers) for size, buffers in self._staging.items()}
         for view in views:
             if not view.byte_length:
                 staged.append(None)
                 continue
             source = view.get_buffer()  # may be longer than the view; the view starts at its start
-            host = device.allocator.allocate_buffer(
-                memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,
-                allowed_usage=rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED,
-                allocation_size=source.byte_length())
+            size = source.byte_length()
+            if free.get(size):
+                host = free[size].pop()
+            else:
+                host = device.allocator.allocate_buffer(
+                    memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,
+                    allowed_usage=rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED,
+                    allocation_size=size)
+                self._staging.setdefault(size, []).append(host)
             device.queue_copy(source, host, wait_semaphores=rt.HalFence.create_at(semaphore, step),
                               signal_semaphores=rt.HalFence.create_at(semaphore, step + 1))
             staged.append(host)

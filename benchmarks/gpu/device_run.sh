@@ -9,7 +9,7 @@ set -u
 export PYTHONUNBUFFERED=1 TORCH_FP32=${TORCH_FP32:-all}
 SITE=/tmp/iree-site; CV=/tmp/cv
 # the runtime wheel, and rich (+ its deps) for `cuvil compare`'s table (matplotlib is not there: the PNG is made here)
-python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .gpu/common/whl/*.whl .gpu/common/pywhl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .gpu/common/whl/*.whl $(ls .gpu/common/pywhl/*.whl 2>/dev/null) || exit 1
 for f in .gpu/common/deb/*.deb; do dpkg -x $f /; done; ldconfig
 export VK_DRIVER_FILES=$(ls /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd*.json /usr/share/vulkan/icd.d/nvidia_icd*.json /etc/vulkan/icd.d/nvidia_icd*.json 2>/dev/null | head -1)
 mkdir -p $CV && cp -r cuvil_mlir $CV/ && cp -r dialects $CV/cuvil_mlir/dialects && cp -r lowering $CV/cuvil_mlir/lowering && cp -r targets $CV/cuvil_mlir/targets

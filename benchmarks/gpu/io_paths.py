@@ -5,12 +5,14 @@ runtime wheel and cuvil_mlir's runtime side on PYTHONPATH; device_run.sh runs it
     python3 benchmarks/gpu/io_paths.py .gpu/run1/prec-block256-b8:cuvil_h200 [...] --out $OUT/io.json
 
 Per module, wall-clock per call (median of 200 after 20 warm-up calls):
-  session_import   cuvil_mlir.runtime.Session.invoke (CompiledModel's path on CUDA): numpy
-                   inputs imported as host memory, outputs read back with to_host()
-  session_copy     the same with copy=True: device buffers filled by copy, outputs through a
-                   pinned staging buffer allocated per call (the path of drivers without import)
+  import_<alloc>   cuvil_mlir.runtime.Session(copy=False, allocator=<alloc>).invoke: numpy inputs
+                   imported as host memory, outputs read back with to_host()
+  copy_<alloc>     Session(copy=True, ...): device buffers filled by copy, outputs through pinned
+                   staging buffers kept across calls
+                   (<alloc>: IREE's default device allocator or its caching one)
   device_inputs    inputs uploaded once (asdevicearray), outputs read back with to_host()
   device_all       inputs uploaded once, outputs left on the device (the call's own time)
+  chosen           what Session picks by itself on the driver (CompiledModel's path)
 (iree-benchmark-module's number for the same module is in the run's results file.)
 """
 
@@ -53,16 +55,22 @@ def measure(case_dir: Path, variant: str) -> dict:
     driver = info["driver"]
     out = {"case": case_dir.name, "variant": variant, "input_bytes": int(sum(a.nbytes for a in inputs))}
 
-    imported = Session(vmfb, driver, copy=False)
-    outs = imported.invoke("main", inputs)
-    out["output_bytes"] = int(sum(o.nbytes for o in outs))
-    out["session_import"] = timed(lambda: imported.invoke("main", inputs))
-    copied = Session(vmfb, driver, copy=True)
-    out["session_copy"] = timed(lambda: copied.invoke("main", inputs))
+    sessions, first = {}, {}
+    for copy in (False, True):
+        for allocator in ("default", "caching"):
+            name = f"{'copy' if copy else 'import'}_{allocator}"
+            session = sessions[name] = Session(vmfb, driver, copy=copy, allocator=allocator)
+            outs = first[name] = session.invoke("main", inputs)
+            out["output_bytes"] = int(sum(o.nbytes for o in outs))
+            out[name] = timed(lambda: session.invoke("main", inputs))
+    # every path computes the same outputs
+    out["same_outputs"] = all(all(np.array_equal(a, b) for a, b in zip(o, first["import_default"])) for o in first.values())
+    chosen = Session(vmfb, driver)  # what CompiledModel does on this driver
+    out["chosen"] = {"copy": chosen.copies, "allocator": chosen.allocator}
 
-    device = imported._device
-    call = imported._invoker("main")
-    on_device = [rt.asdevicearray(device, a) for a in inputs]
+    session = sessions["import_caching"]
+    call = session._invoker("main")
+    on_device = [rt.asdevicearray(session._device, a) for a in inputs]
 
     def fetch():
         result = call(*on_device)

@@ -283,12 +283,13 @@ def precision_markdown(data: dict, build: dict, date: str, note: str) -> str:
     cases = data["cases"]
     L = header(data, f"H200: precision policies on cuda:h200 ({date})", note)
     L += ["Module size is the .vmfb (weights embedded). Ratios: torch time / cuvil time at the precision the row computes "
-          "in (fp32 rows against torch fp32, fp16 and weight-only rows with fp16 activations against torch fp16); "
-          "above 1x cuvil is faster. PyTorch has no int8/int4 weight-only mode here (no torchao on the GPU machine), so "
-          "the weight-only rows are compared with torch at their activation precision. Errors: against the PyTorch "
-          "CPU fp32 reference, flagged above the policy's budget (fp32 1e-4, fp16 2e-2, int8-weight 5e-2, int4-weight "
-          "2.5e-1: the harness's PRECISION_RTOL). A ' fp32' after a time means the module was built from the fp32 model "
-          "(its inputs and outputs are fp32).", ""]
+          "in (fp32 rows against torch fp32, fp16 rows and quantized rows with fp16 activations against torch fp16, bf16 "
+          "against torch bf16, the fp32 model's int8 rows against torch fp32); above 1x cuvil is faster. PyTorch has no "
+          "int8/int4 mode on this GPU machine (no torchao), so the quantized rows are compared with torch at their "
+          "activation precision. Errors: against the PyTorch CPU fp32 reference, flagged above the policy's budget "
+          "(fp32 1e-4, fp16 2e-2, bf16/int8-weight/int8 5e-2, int4-weight 2.5e-1: the harness's PRECISION_RTOL). A ' fp32' "
+          "after a time means the module was built from the fp32 model (its inputs and outputs are fp32, except the "
+          "io=fp16 row's: fp16).", ""]
     for n in sorted(cases):
         c = cases[n]
         meta = build.get(n, {})
