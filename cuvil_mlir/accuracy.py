@@ -184,27 +184,36 @@ def _flat(out) -> list:
 
 
 def _rewritten_ops(sites) -> dict[str, tuple[tuple[str, ...], int]]:
-    """module path -> (kinds rewritten there, count), from the pipeline's pattern sites."""
-    out: dict[str, tuple[set, int]] = {}
+    """module path -> (kinds rewritten there, count), from the pipeline's pattern sites. An op
+    that two passes rewrote (a combination: demoted, then quantized) counts once."""
+    kinds: dict[str, set] = {}
+    counts: dict[str, dict[str, int]] = {}  # path -> pass -> ops it rewrote there
     for pass_name, names in _REWRITES.items():
         for pattern, where in sites.get(pass_name, {}).items():
             if pattern not in names:
                 continue
-            kind = pattern.split("_", 1)[1]
             for path, n in where.items():
-                kinds, count = out.get(path, (set(), 0))
-                out[path] = (kinds | {kind}, count + n)
-    return {p: (tuple(sorted(k)), n) for p, (k, n) in sorted(out.items())}
+                kinds.setdefault(path, set()).add(pattern.split("_", 1)[1])
+                per_pass = counts.setdefault(path, {})
+                per_pass[pass_name] = per_pass.get(pass_name, 0) + n
+    return {p: (tuple(sorted(kinds[p])), max(counts[p].values())) for p in sorted(kinds)}
 
 
 def with_kept(policy: Policy, paths) -> str:
-    """``policy`` with ``paths`` added to its keep option (keep_paths / skip)."""
+    """``policy`` with ``paths`` added to its keep option (keep_paths / skip; a combination:
+    to every part's)."""
+    if policy.combined:
+        return "+".join(with_kept(part, paths) for part in policy.combined)
     key = _KEEP_OPTION[policy.name]
     options = dict(policy.options)
     entries = [e for e in (options.get(key, "").split(",") + list(paths)) if e]
     if entries:
         options[key] = ",".join(dict.fromkeys(entries))
     return Policy(policy.name, tuple(sorted(options.items()))).spec
+
+
+def _can_keep(policy: Policy) -> bool:
+    return all(p.name in _KEEP_OPTION for p in policy.parts)
 
 
 def _check_policy(policy: Policy) -> None:
@@ -218,7 +227,7 @@ def report(model, args=(), *, precision: str = "fp16", per_op: bool | None = Non
     the error each rewritten op adds alone, worst first.
     ``calibration``: for precision="int8" (cuvil_mlir.calibrate)."""
     policy = parse_policy(precision)
-    per_op = policy.name in _KEEP_OPTION if per_op is None else per_op
+    per_op = _can_keep(policy) if per_op is None else per_op
     return _report(_Session(model, args, target=target, opt_level=opt_level, calibration=calibration), policy, per_op)
 
 
@@ -228,7 +237,7 @@ def _report(session: _Session, policy: Policy, per_op: bool) -> AccuracyReport:
     whole, sites = session.run(policy.spec)
     ops = []
     if per_op:
-        if policy.name not in _KEEP_OPTION:
+        if not _can_keep(policy):
             raise CuvilError(f"a per-op report needs a policy that can keep ops ({', '.join(_KEEP_OPTION)}), got "
                              f"{policy.spec}; pass per_op=False for the end-to-end metrics")
         rewritten = _rewritten_ops(sites)
@@ -248,9 +257,9 @@ def search(model, args=(), *, precision: str = "fp16", budget: float | None = No
     precision="int8"."""
     policy = parse_policy(precision)
     _check_policy(policy)
-    if policy.name not in _KEEP_OPTION:
+    if not _can_keep(policy):
         raise CuvilError(f"search needs a policy that can keep ops ({', '.join(_KEEP_OPTION)}), got {policy.spec}")
-    budget = DEFAULT_BUDGETS[policy.name] if budget is None else float(budget)
+    budget = policy.budget(DEFAULT_BUDGETS) if budget is None else float(budget)
     if not budget > 0:
         raise CuvilError(f"budget must be a positive relative error, got {budget}")
     session = _Session(model, args, target=target, opt_level=opt_level, calibration=calibration)

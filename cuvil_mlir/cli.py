@@ -143,7 +143,8 @@ def _cuvil_parser() -> argparse.ArgumentParser:
     p.add_argument("-O", dest="opt_level", type=int, choices=(0, 1, 2, 3), default=3, metavar="N",
                    help="optimization level -O0..-O3 (default: -O3)")
     p.add_argument("--precision", default="fp32", metavar="POLICY",
-                   help="fp32 (default), fp16, bf16, int8-weight, int4-weight[{group=N}], int8 (see docs/precision.md)")
+                   help="fp32 (default), fp16, bf16, int8-weight, int4-weight[{group=N}], int8, or a 16-bit policy + a "
+                   "quantized one (fp16+int8-weight); see docs/precision.md")
     p.add_argument("--calibration", action="append", default=[], metavar="FILE",
                    help="with --precision int8: a calibration saved as .json (Calibration.save), or sample inputs "
                    "to calibrate on: one .npz (the model's inputs in order) or .npy (one-input models) per sample, "
@@ -252,7 +253,7 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                        "higher precision and print the policy that meets it.")
     p.add_argument("model", metavar="MODEL", help="a .pt2 file written by torch.export.save, or FILE.py:FACTORY / "
                    "package.module:FACTORY (a function returning (model, inputs))")
-    p.add_argument("--precision", default="fp16", metavar="POLICY", help="fp16 (default), bf16, int8-weight, int4-weight, int8")
+    p.add_argument("--precision", default="fp16", metavar="POLICY", help="fp16 (default), bf16, int8-weight, int4-weight, int8, fp16+int8-weight, ...")
     p.add_argument("--input", "-i", action="append", default=None, metavar="X.npy",
                    help="an input array, in order (repeatable; default: the program's or factory's example inputs)")
     p.add_argument("--budget", type=float, metavar="REL_ERR", help="search for the ops to keep so that the max relative "
@@ -481,7 +482,7 @@ def _needs_calibration(args) -> bool:
     """Whether the policy is static int8; --calibration with any other policy is a mistake."""
     from cuvil_mlir.precision import parse_policy
 
-    if parse_policy(args.precision).name == "int8":
+    if parse_policy(args.precision).uses("int8"):
         return True
     if args.calibration:
         raise CuvilError(f"--calibration applies to --precision int8 only, got --precision {args.precision}")

@@ -458,7 +458,7 @@ def _compile(spec: str, config: Config, program, opt_level: int, patterns, sets=
     from cuvil_mlir.precision import parse_policy
 
     calibration = None
-    if parse_policy(config.precision).name == "int8":  # calibrated on the comparison's own input sets
+    if parse_policy(config.precision).uses("int8"):  # calibrated on the comparison's own input sets
         import torch
 
         from cuvil_mlir.calibration import calibrate
@@ -479,7 +479,7 @@ def _config_tolerances(config: Config, tolerances: dict | None) -> dict | None:
         return tolerances
     from cuvil_mlir.precision import parse_policy
 
-    budget = _precision_rtol().get(parse_policy(config.precision).name, 0.0)
+    budget = parse_policy(config.precision).budget(_precision_rtol())
     if not budget:
         return tolerances
     merged = {**DEFAULT_RTOL, **(tolerances or {})}

@@ -13,7 +13,8 @@ with options, ``name{option=value,...}``:
     int8                      static int8 weights and activations (needs a calibration); skip=<module paths>
 
 An option's value may be a comma-separated list: ``fp16{keep=softmax,norm,keep_paths=lm_head}``
-(an item without ``=`` continues the previous option's list). docs/precision.md describes
+(an item without ``=`` continues the previous option's list). ``+`` combines a 16-bit policy
+with a quantized one: ``fp16+int8-weight`` (fp16 activations, int8 weights, from an fp32 model). docs/precision.md describes
 every policy, its error budget and the accuracy report (cuvil_mlir/accuracy.py).
 ``stage_passes`` turns a policy into the passes of the stage.
 """
@@ -27,13 +28,27 @@ from cuvil_mlir.diagnostics import CuvilError
 POLICIES = ("fp32", "fp16", "bf16", "int8-weight", "int4-weight", "int8")
 
 
+HALF = ("fp16", "bf16")
+QUANTIZED = ("int8-weight", "int4-weight", "int8")
+
+
 @dataclass(frozen=True)
 class Policy:
+    """One policy (``name``, ``options``), or a combination of a 16-bit policy and a quantized one
+    (``fp16+int8-weight``: ``parts``; its name is the parts' names joined by ``+``)."""
+
     name: str
     options: tuple[tuple[str, str], ...] = field(default=())
+    combined: tuple["Policy", ...] = field(default=())
+
+    @property
+    def parts(self) -> tuple["Policy", ...]:
+        return self.combined or (self,)
 
     @property
     def spec(self) -> str:
+        if self.combined:
+            return "+".join(p.spec for p in self.combined)
         if not self.options:
             return self.name
         return f"{self.name}{{{','.join(f'{k}={v}' for k, v in self.options)}}}"
@@ -41,12 +56,49 @@ class Policy:
     def option(self, key: str, default: str | None = None) -> str | None:
         return dict(self.options).get(key, default)
 
+    def uses(self, name: str) -> bool:
+        """Whether ``name`` (a policy of POLICIES) is this policy or one of its parts."""
+        return any(p.name == name for p in self.parts)
+
+    def budget(self, budgets: dict[str, float]) -> float:
+        """The error budget from per-policy ``budgets``: a combination's errors add up."""
+        return sum(budgets.get(p.name, 0.0) for p in self.parts)
+
 
 def parse_policy(spec: str | Policy | None) -> Policy:
+    """A policy string -> Policy; ``a+b`` combines a 16-bit policy with a quantized one
+    (``fp16+int8-weight``: 16-bit activations, int8 weights; demotion runs first)."""
     if isinstance(spec, Policy):
         return spec
     if spec is None or spec == "":
         return Policy("fp32")
+    pieces = _split_plus(spec)
+    if len(pieces) > 1:
+        parts = [_parse_one(p) for p in pieces]
+        half = [p for p in parts if p.name in HALF]
+        quantized = [p for p in parts if p.name in QUANTIZED]
+        if len(parts) != 2 or len(half) != 1 or len(quantized) != 1:
+            raise CuvilError(f"precision '{spec}': a combination is one of {', '.join(HALF)} and one of "
+                             f"{', '.join(QUANTIZED)} (e.g. fp16+int8-weight)")
+        parts = (half[0], quantized[0])
+        return Policy("+".join(p.name for p in parts), (), parts)
+    return _parse_one(spec)
+
+
+def _split_plus(spec: str) -> list[str]:
+    """``a{x}+b`` -> ["a{x}", "b"]: ``+`` outside braces separates policies."""
+    pieces, depth, current = [], 0, ""
+    for ch in spec:
+        depth += (ch == "{") - (ch == "}")
+        if ch == "+" and depth == 0:
+            pieces.append(current)
+            current = ""
+        else:
+            current += ch
+    return [p.strip() for p in pieces + [current]]
+
+
+def _parse_one(spec: str) -> Policy:
     try:
         name, options = _parse_spec(spec)
     except CuvilError:
@@ -85,8 +137,11 @@ def _parse_spec(spec: str) -> tuple[str, dict[str, str]]:
 
 
 def stage_passes(policy: str | Policy | None, calibration=None) -> list:
-    """The passes the "precision" stage runs for ``policy``."""
+    """The passes the "precision" stage runs for ``policy`` (a combination: its parts' in order,
+    demotion first, so quantization sees 16-bit weights and dequantizes to 16 bits)."""
     policy = parse_policy(policy)
+    if policy.combined:
+        return [p for part in policy.combined for p in stage_passes(part, calibration)]
     if policy.name == "fp32":
         if policy.options:
             raise CuvilError(f"precision fp32 takes no options, got {policy.spec}")
@@ -132,7 +187,7 @@ QUANTIZED_IREE_FLAGS = ("--iree-opt-const-expr-max-size-increase-threshold=0",)
 def iree_flags(policy: str | Policy | None) -> list[str]:
     """IREE flags the policy needs on top of the target's."""
     policy = parse_policy(policy)
-    return list(QUANTIZED_IREE_FLAGS) if policy.name in ("int8-weight", "int4-weight", "int8") else []
+    return list(QUANTIZED_IREE_FLAGS) if any(policy.uses(q) for q in QUANTIZED) else []
 
 
 def _weight_only_pass(policy: Policy):

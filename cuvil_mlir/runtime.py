@@ -1,11 +1,11 @@
 """The IREE runtime seam: the only module that imports ``iree.runtime``.
 
-How host arrays reach a device depends on the driver. Where importing host memory works
-(the local CPU drivers, CUDA, HIP) iree.runtime's call path imports numpy arrays. Every other
-driver gets device buffers allocated and filled by copy, and results come back through a host
-staging buffer: importing host pointers is not reliable there (lavapipe's Vulkan rejects
-numpy's pointers, even 4096-aligned ones, with "host allocation import pointer does not
-satisfy Vulkan minImportedHostPointerAlignment 4096").
+How host arrays reach a device depends on the driver. On the local CPU drivers (and HIP)
+iree.runtime's call path imports numpy arrays. Every other driver gets device buffers
+allocated and filled by copy, and results come back through host staging buffers kept across
+calls: on CUDA that is faster than importing (HOST_IMPORT_DRIVERS), and on Vulkan importing
+host pointers is not reliable (lavapipe rejects numpy's pointers, even 4096-aligned ones, with
+"host allocation import pointer does not satisfy Vulkan minImportedHostPointerAlignment 4096").
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ import numpy as np
 
 from cuvil_mlir.diagnostics import RuntimeFailure
 
-# Drivers whose host-memory import works: their inputs are imported, not copied. Measured on
-# an H200 (2026-12-02): CUDA's import path gave the same results as the copy path and took
-# 0.39 ms a call against 1.74 ms (small MLP; the copy path allocates pinned staging memory
-# per call). HIP is listed on IREE's word (array_interop.py: "HIP/CUDA do"); not run here.
-HOST_IMPORT_DRIVERS = frozenset({"local-task", "local-sync", "cuda", "hip"})
+# Drivers whose inputs are imported as host memory, not copied. Not CUDA: measured on an H200
+# (2026-12-03, benchmarks/results/gpu-io-paths-2026-12-03.md), the copy path with the caching
+# allocator and staging buffers kept across calls takes 0.35-0.60 ms a call where importing
+# took 0.51-2.5 ms (importing pins the host pages of every input on every call). HIP is listed
+# on IREE's word (array_interop.py: "HIP/CUDA do"); not run here.
+HOST_IMPORT_DRIVERS = frozenset({"local-task", "local-sync", "hip"})
 # Drivers whose device gets IREE's caching allocator (as iree-benchmark-module's
 # --device_allocator=caching): a call allocates its inputs and results, and on a GPU an
-# uncached device allocation costs more than a small model's kernels. Not Vulkan: lavapipe
+# uncached device allocation costs more than a small model's kernels (an fp32 block's 1 MiB
+# input: 2.1 ms a call uncached, 0.6 ms cached). Not Vulkan: lavapipe
 # rejects the caching allocator's queue allocations (INVALID_ARGUMENT, memory_type=DEVICE_LOCAL).
 CACHING_DRIVERS = frozenset({"cuda"})
 

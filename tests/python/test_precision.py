@@ -247,6 +247,42 @@ def test_io_half_leaves_integer_inputs_alone():
     assert rep.max_rel_err <= BUDGETS["fp16"]
 
 
+# ---------------------------------------------------------------------------------------
+# Combinations: 16-bit activations with quantized weights, from an fp32 model
+
+
+def test_fp16_plus_int8_weight_from_an_fp32_model():
+    model, x = Tanh3().eval(), torch.randn(8, 32)
+    text = _ir(model, (x,), "fp16+int8-weight")
+    assert set(_ops(text, "cuvil.linear")) == {"f16"}  # compute in fp16 ...
+    assert "xsi8>" in text and "xf32>) : !torch.vtensor" not in text  # ... on int8 weights dequantized to f16
+    compiled = cuvil_mlir.compile(model, (x,), precision="fp16+int8-weight{skip=out}")
+    assert compiled.metadata["precision"] == "fp16+int8-weight{skip=out}"
+    assert compiled.metadata["pattern_sites"]["quantize-weights"]["quantize_linear"] == {"inp": 1, "mid": 1}
+    assert compiled.patterns_fired["demote-precision"]["demote_linear"] == 3
+    assert "--iree-opt-const-expr-max-size-increase-threshold=0" in compiled.modules[0].iree_flags
+    with torch.no_grad():
+        ref = model(x)
+    got = compiled(x)
+    assert got.dtype == torch.float32 and 1e-4 < _rel(got, ref) <= precision.parse_policy("fp16+int8-weight").budget(accuracy.DEFAULT_BUDGETS)
+
+
+def test_combined_policy_report_counts_each_op_once_and_search_keeps_both():
+    model, x = Tanh3().eval(), torch.randn(8, 32)
+    rep = accuracy.report(model, (x,), precision="bf16+int4-weight{group=32}")
+    by_path = {o.path: o for o in rep.ops}
+    assert by_path["mid"].count == 1 and by_path["mid"].kinds == ("linear",)
+    found = accuracy.search(model, (x,), precision="bf16+int4-weight{group=32}", budget=rep.ops[0].max_rel_err * 0.5)
+    worst = rep.ops[0].path
+    assert found.kept[0] == worst and f"keep_paths={worst}" in found.policy and f"skip={worst}" in found.policy.split("+")[1]
+
+
+@pytest.mark.parametrize("spec", ["fp16+bf16", "int8-weight+int4-weight", "fp32+int8-weight", "fp16+int8-weight+int8"])
+def test_bad_combinations(spec):
+    with pytest.raises(cuvil_mlir.CuvilError, match="a combination is one of fp16, bf16 and one of"):
+        precision.parse_policy(spec)
+
+
 def test_io_option_is_checked():
     model, x = Tanh3().eval(), torch.randn(2, 32)
     with pytest.raises(cuvil_mlir.CuvilError, match=r"io=bf16 is not one of model .*, fp16"):

@@ -268,6 +268,28 @@ def test_copy_path_matches_import_path_for_mixed_dtypes():
         assert got_c.dtype == r.dtype and got_c.shape == r.shape
         np.testing.assert_array_equal(got_c, got_i)
         np.testing.assert_array_equal(got_c, r)
+    # staging buffers are kept for the next call, and a kept buffer never leaks one call's
+    # results into another's (outputs own their memory)
+    staged = {size: len(b) for size, b in copying._staging.items()}
+    other = [(a * 0 + 1).astype(a.dtype) if a.dtype != bool else ~a for a in arrays]
+    again = copying.invoke("main", other)
+    assert {size: len(b) for size, b in copying._staging.items()} == staged
+    for got_c, r in zip(copied, ref):
+        np.testing.assert_array_equal(got_c, r)  # the first call's outputs are unchanged
+    with torch.no_grad():
+        ref2 = [r.numpy() for r in Mixed()(*[torch.from_numpy(a) for a in other])]
+    for got, r in zip(again, ref2):
+        np.testing.assert_array_equal(got, r)
+
+
+def test_session_allocators():
+    module = cuvil_mlir.compile(torch.nn.Linear(4, 2).eval(), (torch.randn(1, 4),), target="cpu").modules[0]
+    x = np.ones((1, 4), np.float32)
+    cached = Session(module.vmfb, "local-task", copy=True, allocator="caching")
+    assert cached.allocator == "caching" and Session(module.vmfb, "local-task").allocator == "default"
+    np.testing.assert_array_equal(cached.invoke("main", [x])[0], Session(module.vmfb, "local-task").invoke("main", [x])[0])
+    with pytest.raises(cuvil_mlir.CuvilError, match="unknown device allocator 'slab'"):
+        Session(module.vmfb, "local-task", allocator="slab")
 
 
 # ---------------------------------------------------------------------------------------
