@@ -145,12 +145,7 @@ def _cuvil_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default="fp32", metavar="POLICY",
                    help="fp32 (default), fp16, bf16, int8-weight, int4-weight[{group=N}], int8, or a 16-bit policy + a "
                    "quantized one (fp16+int8-weight); see docs/precision.md")
-    p.add_argument("--calibration", action="append", default=[], metavar="FILE",
-                   help="with --precision int8: a calibration saved as .json (Calibration.save), or sample inputs "
-                   "to calibrate on: one .npz (the model's inputs in order) or .npy (one-input models) per sample, "
-                   "repeatable (default: the model's example inputs)")
-    p.add_argument("--calibration-method", choices=("minmax", "percentile"), default="minmax",
-                   help="how sample inputs become ranges (default: minmax)")
+    _calibration_arguments(p)
     p.add_argument("--emit", metavar="STAGE", help="print the IR after STAGE (torch, cuvil, fused, precision, lowered) instead of compiling")
     p.add_argument("--elide-weights", action=argparse.BooleanOptionalAction, default=None,
                    help="with --emit: hide large constants (default: on for stdout, off for -o)")
@@ -258,12 +253,7 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                    help="an input array, in order (repeatable; default: the program's or factory's example inputs)")
     p.add_argument("--budget", type=float, metavar="REL_ERR", help="search for the ops to keep so that the max relative "
                    "error stays within REL_ERR")
-    p.add_argument("--calibration", action="append", default=[], metavar="FILE",
-                   help="with --precision int8: a calibration saved as .json (Calibration.save), or sample inputs "
-                   "to calibrate on: one .npz (the model's inputs in order) or .npy (one-input models) per sample, "
-                   "repeatable (default: the model's example inputs)")
-    p.add_argument("--calibration-method", choices=("minmax", "percentile"), default="minmax",
-                   help="how sample inputs become ranges (default: minmax)")
+    _calibration_arguments(p)
     p.add_argument("--no-per-op", dest="per_op", action="store_false", default=None,
                    help="end-to-end metrics only (one compile)")
     p.add_argument("--target", default="cpu", help="where to compile and run (default: cpu)")
@@ -476,6 +466,15 @@ def _run(args, parser) -> int:
     for i, out in enumerate(outputs):
         print(f"output {i}: {_describe_array(out)} {_preview(out)}")
     return 0
+
+
+def _calibration_arguments(p) -> None:
+    p.add_argument("--calibration", action="append", default=[], metavar="FILE",
+                   help="with --precision int8: a calibration saved as .json (Calibration.save), or sample inputs "
+                   "to calibrate on: one .npz (the model's inputs in order) or .npy (one-input models) per sample, "
+                   "repeatable (default: the model's example inputs)")
+    p.add_argument("--calibration-method", choices=("minmax", "percentile"), default="minmax",
+                   help="how sample inputs become ranges (default: minmax)")
 
 
 def _needs_calibration(args) -> bool:

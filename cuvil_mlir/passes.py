@@ -40,10 +40,16 @@ class ConfigurablePass:
     options: dict[str, tuple[str, ...]]
     description: str = ""
 
-    def configure(self, given: dict[str, str]) -> "Pass":
-        for key, value in given.items():
+    def check_known(self, given: dict[str, str]) -> None:
+        """Fail on an option the pass does not have (for ``configure`` overrides whose options
+        take free-form values)."""
+        for key in given:
             if key not in self.options:
                 raise CuvilError(f"pass '{self.name}' has no option '{key}'; options: {', '.join(self.options)}")
+
+    def configure(self, given: dict[str, str]) -> "Pass":
+        self.check_known(given)
+        for key, value in given.items():
             if value not in self.options[key]:
                 raise CuvilError(f"pass '{self.name}': option {key}={value} is not one of {', '.join(self.options[key])}")
         return self.make(**{k: given.get(k, allowed[0]) for k, allowed in self.options.items()})

@@ -413,9 +413,7 @@ class _DemotePrecisionPass(ConfigurablePass):
     """``dtype`` is f16 or bf16; ``keep`` kinds of ``KINDS`` (or none), ``keep_paths`` module paths, ``:``-separated."""
 
     def configure(self, given: dict[str, str]):
-        unknown = set(given) - set(self.options)
-        if unknown:
-            raise CuvilError(f"pass '{self.name}' has no option '{sorted(unknown)[0]}'; options: {', '.join(self.options)}")
+        self.check_known(given)
         dtype = given.get("dtype", "f16")
         if dtype not in HALF_DTYPES:
             raise CuvilError(f"pass '{self.name}': option dtype={dtype} is not one of {', '.join(HALF_DTYPES)}")

@@ -84,9 +84,7 @@ def make(dtype: str = "f16") -> FunctionPass:
 
 class _NarrowIOPass(ConfigurablePass):
     def configure(self, given: dict[str, str]):
-        unknown = set(given) - set(self.options)
-        if unknown:
-            raise CuvilError(f"pass '{self.name}' has no option '{sorted(unknown)[0]}'; options: {', '.join(self.options)}")
+        self.check_known(given)
         dtype = given.get("dtype", "f16")
         if dtype not in DTYPES:
             raise CuvilError(f"pass '{self.name}': option dtype={dtype} is not one of {', '.join(DTYPES)}")

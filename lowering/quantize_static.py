@@ -210,9 +210,7 @@ class _QuantizeStaticPass(ConfigurablePass):
     """``skip``: any ``:``-separated module paths (the listed values are examples)."""
 
     def configure(self, given: dict[str, str]):
-        unknown = set(given) - set(self.options)
-        if unknown:
-            raise CuvilError(f"pass '{self.name}' has no option '{sorted(unknown)[0]}'; options: {', '.join(self.options)}")
+        self.check_known(given)
         return self.make(skip=given.get("skip", "none"))
 
 

@@ -259,9 +259,7 @@ class _QuantizeWeightsPass(ConfigurablePass):
     """``bits`` is 8 or 4; ``group`` any positive even integer (the listed values are examples)."""
 
     def configure(self, given: dict[str, str]):
-        unknown = set(given) - set(self.options)
-        if unknown:
-            raise CuvilError(f"pass '{self.name}' has no option '{sorted(unknown)[0]}'; options: {', '.join(self.options)}")
+        self.check_known(given)
         bits, group = given.get("bits", "8"), given.get("group", str(DEFAULT_GROUP))
         if bits not in ("8", "4"):
             raise CuvilError(f"pass '{self.name}': option bits={bits} is not one of 8, 4")
