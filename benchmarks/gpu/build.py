@@ -106,6 +106,8 @@ VARIANTS = {
     "cuvil_h200_p16io_f32": ("cuvil", "cuda:h200", {"precision": "fp16{io=fp16}"}),
     # static int8, calibrated on the case's input and 3 more drawn like it (calibration_samples)
     "cuvil_h200_int8_f32": ("cuvil", "cuda:h200", {"precision": "int8"}),
+    # int8 weights with fp16 compute, from the fp32 model (a combination: demote, then quantize)
+    "cuvil_h200_w8a16_f32": ("cuvil", "cuda:h200", {"precision": "fp16+int8-weight"}),
     # and from the fp16 model: weight-only int8/int4 with fp16 activations
     "cuvil_h200_int8w": ("cuvil", "cuda:h200", {"precision": "int8-weight"}),
     "cuvil_h200_int4w": ("cuvil", "cuda:h200", {"precision": "int4-weight"}),
@@ -118,7 +120,7 @@ VARIANTS = {
 DEFAULT_VARIANTS = ("cuvil_h200", "cuvil_h200_td", "plain_h200", "cuvil_vulkan_ampere")
 ABLATION_VARIANTS = ("cuvil_h200", *(v for v in VARIANTS if v.startswith("cuvil_h200_no_")), "plain_h200")
 PRECISION_VARIANTS = ("cuvil_h200", "cuvil_h200_f32", "cuvil_h200_p16_f32", "cuvil_h200_p16io_f32", "cuvil_h200_bf16_f32",
-                      "cuvil_h200_int8w_f32", "cuvil_h200_int4w_f32", "cuvil_h200_int8_f32",
+                      "cuvil_h200_int8w_f32", "cuvil_h200_int4w_f32", "cuvil_h200_int8_f32", "cuvil_h200_w8a16_f32",
                       "cuvil_h200_int8w", "cuvil_h200_int4w", "cuvil_h200_int8", "plain_h200", "plain_h200_f32")
 # Variants left out of a model by default
 SKIP = {"block768": {"cuvil_vulkan", "cuvil_vulkan_ampere", "cuvil_sm90_td"}}

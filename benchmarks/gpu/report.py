@@ -264,6 +264,7 @@ PREC_ROWS = [  # (label, variant, torch dtype it is compared with, error budget:
     ("cuvil precision=fp16{io=fp16} (fp32 model, fp16 in/out)", "cuvil_h200_p16io_f32", "float16", 2e-2),
     ("cuvil precision=bf16 (fp32 model in, bf16 compute)", "cuvil_h200_bf16_f32", "bfloat16", 5e-2),
     ("cuvil int8 static, calibrated (fp32 model)", "cuvil_h200_int8_f32", "float32", 5e-2),
+    ("cuvil precision=fp16+int8-weight (fp32 model, fp16 compute)", "cuvil_h200_w8a16_f32", "float16", 7e-2),
     ("cuvil fp16 (model.half())", "cuvil_h200", "float16", 2e-2),
     ("plain IREE fp16 (model.half())", "plain_h200", "float16", 2e-2),
     ("cuvil int8-weight (fp16 model)", "cuvil_h200_int8w", "float16", 5e-2),
