@@ -359,18 +359,19 @@ def _compile(args, parser) -> int:
         _check_writable(Path(args.output))
     _quiet_torch_logs(args)
     try:
-        if _needs_calibration(args):
+        model = args.model
+        if _needs_calibration(args):  # the program is loaded once, for the calibration and the compile
             from cuvil_mlir.importers.fx import load_exported_program
 
-            program = load_exported_program(args.model)
-            options.calibration = _calibration(args, program, program.example_inputs[0] if program.example_inputs else None,
+            model = load_exported_program(args.model)
+            options.calibration = _calibration(args, model, model.example_inputs[0] if model.example_inputs else None,
                                                patterns=tuple(patterns), disabled_passes=tuple(args.disable_pass))
         if args.emit is not None:
             elide = args.elide_weights if args.elide_weights is not None else not args.output
-            emitted = compile_program(args.model, (), options, emit=args.emit, elide_weights=elide)
+            emitted = compile_program(model, (), options, emit=args.emit, elide_weights=elide)
             _write_text(emitted.text, args.output)
             return 0
-        compiled = compile_program(args.model, (), options)
+        compiled = compile_program(model, (), options)
     except CuvilError as e:
         if "warnings above" in e.message and not getattr(args, "verbose", False):
             e.message += " (rerun with --verbose to see them)"
@@ -497,15 +498,16 @@ def _calibration(args, model, example_inputs, **pipeline):
     from cuvil_mlir.calibration import Calibration, calibrate
 
     files = args.calibration
+    for f in files:
+        if not Path(f).is_file():
+            raise InputError(f"calibration file not found: {f}")
     if any(f.endswith(".json") for f in files):
         if len(files) != 1:
             raise CuvilError("--calibration: give one saved calibration (.json) or sample inputs (.npz/.npy), not both")
-        return Calibration.load(files[0]) if Path(files[0]).is_file() else _missing(files[0])
+        return Calibration.load(files[0])
     samples = []
     for f in files:
         if f.endswith(".npz"):
-            if not Path(f).is_file():
-                _missing(f)
             with np.load(f, allow_pickle=False) as z:
                 samples.append(tuple(torch.from_numpy(z[k]) for k in z.files))
         else:
@@ -517,10 +519,6 @@ def _calibration(args, model, example_inputs, **pipeline):
         print("calibrating int8 on the example inputs (one sample; pass --calibration SAMPLE.npz for more)", file=sys.stderr)
         samples = [tuple(example_inputs)]
     return calibrate(model, samples, method=args.calibration_method, target=args.target, **pipeline)
-
-
-def _missing(path: str):
-    raise InputError(f"calibration file not found: {path}")
 
 
 def _read_npy(path: str):

@@ -16,7 +16,7 @@ import numpy as np
 
 from cuvil_mlir import hostcpu, package
 from cuvil_mlir.diagnostics import CuvilError, InputError, RuntimeFailure
-from cuvil_mlir.measure import to_numpy
+from cuvil_mlir.measure import to_numpy, to_torch
 from cuvil_mlir.runtime import Session, probe_drivers
 from cuvil_mlir.signature import Signature
 
@@ -79,9 +79,7 @@ class CompiledModel:
             self.select()
         outputs = self._invoke(self.metadata.get("function", "main"), arrays)
         if as_torch:
-            import torch
-
-            outputs = [_to_torch(o) for o in outputs]
+            outputs = [to_torch(o) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _invoke(self, function: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -174,15 +172,6 @@ def _to_numpy(inputs) -> tuple[list[np.ndarray], bool]:
         else:
             raise InputError(f"input {i}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
     return arrays, as_torch
-
-
-def _to_torch(a: np.ndarray):
-    import torch
-
-    a = np.ascontiguousarray(a)
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
 
 
 def load(path: str | os.PathLike, prefer=None) -> CompiledModel:

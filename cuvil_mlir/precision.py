@@ -26,9 +26,7 @@ from dataclasses import dataclass, field
 from cuvil_mlir.diagnostics import CuvilError
 
 POLICIES = ("fp32", "fp16", "bf16", "int8-weight", "int4-weight", "int8")
-
-
-HALF = ("fp16", "bf16")
+HALF_POLICIES = {"fp16": "f16", "bf16": "bf16"}  # policy -> the MLIR type it computes in
 QUANTIZED = ("int8-weight", "int4-weight", "int8")
 
 
@@ -75,10 +73,10 @@ def parse_policy(spec: str | Policy | None) -> Policy:
     pieces = _split_plus(spec)
     if len(pieces) > 1:
         parts = [_parse_one(p) for p in pieces]
-        half = [p for p in parts if p.name in HALF]
+        half = [p for p in parts if p.name in HALF_POLICIES]
         quantized = [p for p in parts if p.name in QUANTIZED]
         if len(parts) != 2 or len(half) != 1 or len(quantized) != 1:
-            raise CuvilError(f"precision '{spec}': a combination is one of {', '.join(HALF)} and one of "
+            raise CuvilError(f"precision '{spec}': a combination is one of {', '.join(HALF_POLICIES)} and one of "
                              f"{', '.join(QUANTIZED)} (e.g. fp16+int8-weight)")
         parts = (half[0], quantized[0])
         return Policy("+".join(p.name for p in parts), (), parts)
@@ -153,7 +151,6 @@ def stage_passes(policy: str | Policy | None, calibration=None) -> list:
     return _demote_passes(policy)
 
 
-HALF_POLICIES = {"fp16": "f16", "bf16": "bf16"}
 # The error budget of each policy: relative error of the output against fp32 eager (max |err| /
 # max |ref|) on the e2e models of examples/models.py (docs/precision.md; tests/python/test_precision.py).
 BUDGETS = {"fp16": 1e-2, "bf16": 5e-2}

@@ -87,6 +87,8 @@ class Session:
 
     ``copy`` chooses how inputs reach the device: ``None`` imports host memory on the
     drivers of HOST_IMPORT_DRIVERS and copies everywhere else; ``True`` / ``False`` force it.
+    ``allocator``: IREE's device allocator, ``caching`` (the default on CACHING_DRIVERS) or
+    ``default``.
     """
 
     def __init__(self, vmfb: bytes, driver: str, *, copy: bool | None = None, allocator: str | None = None):
