@@ -3,7 +3,7 @@
     python benchmarks/ablation.py                          # cpu, every model below
     python benchmarks/ablation.py --models gpt2-eager,cnn --target cpu --out /tmp/ablation
 
-For each model this runs cuvil_mlir.harness.compare on one target with the configurations
+For each model this runs cuvil_mlir.eval.harness.compare on one target with the configurations
     default                 every built-in pass
     without:<pass>          one fusion pass switched off (for each pass of targets/base.py FUSION_PASSES)
     plain-iree              torch-mlir's own import straight into IREE, no Cuvil
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from cuvil_mlir.harness import compare
+    from cuvil_mlir.eval.harness import compare
     from cuvil_mlir.targets.base import FUSION_PASSES
 
     torch.set_num_threads(max(1, torch.get_num_threads()))

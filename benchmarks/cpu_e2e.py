@@ -13,7 +13,7 @@ Compile time is the wall time of the whole compile call (torch.compile: its firs
 samples are single calls, rotating over several different inputs, taken in interleaved rounds so a
 burst of load on the machine hits every backend alike. Each backend's outputs are compared with eager.
 
-This file is the only place outside targets/iree.py and cuvil_mlir/runtime.py that imports
+This file is the only place outside targets/iree.py and cuvil_mlir/runtime/session.py that imports
 iree.compiler / iree.runtime: the plain-IREE baseline must not go through Cuvil.
 """
 

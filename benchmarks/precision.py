@@ -4,7 +4,7 @@ and against PyTorch at the same precision, on one target (default: the CPU).
     python benchmarks/precision.py                                   # cpu, every model below
     python benchmarks/precision.py --models mlp-large --policies fp32,int8-weight --out /tmp/prec
 
-Per model, one run of cuvil_mlir.harness.compare times these configurations in interleaved
+Per model, one run of cuvil_mlir.eval.harness.compare times these configurations in interleaved
 rounds, next to PyTorch eager (fp32), each held to its policy's error budget:
     default (fp32), precision:fp16, precision:bf16, precision:int8-weight,
     precision:int4-weight, precision:int8 (calibrated on the comparison's input sets)
@@ -70,7 +70,8 @@ def time_torch(model, inputs, policies, settings):
     """fp32 eager and the PyTorch variants, interleaved rounds: name -> row."""
     import torch
 
-    from cuvil_mlir.measure import Timer, to_numpy, wall_clock
+    from cuvil_mlir.eval.measure import Timer, wall_clock
+    from cuvil_mlir.runtime.arrays import to_numpy
 
     ref = [to_numpy(o) for o in _leaves(model(*inputs))]
     rows, timers = {}, {}
@@ -133,8 +134,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
 
-    from cuvil_mlir.harness import compare
-    from cuvil_mlir.measure import TimingSettings
+    from cuvil_mlir.eval.harness import compare
+    from cuvil_mlir.eval.measure import TimingSettings
 
     policies = args.policies.split(",")
     configs = [("default" if p == "fp32" else f"precision:{p}") for p in policies]

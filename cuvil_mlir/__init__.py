@@ -8,9 +8,8 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from cuvil_mlir.diagnostics import CuvilError  # noqa: E402
+from cuvil_mlir.core.diagnostics import CuvilError
+from cuvil_mlir.core.versions import __version__
 
 
 def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns=(), disabled_passes=(), disabled_patterns=(),
@@ -20,10 +19,10 @@ def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns
     Returns a ``CompiledModel``. ``patterns`` are extra ``PatternSet``s run after raising;
     ``disabled_passes`` names passes to skip; ``disabled_patterns`` names single patterns to
     drop (``"fuse-linear-epilogue/gelu_epilogue"``, or the bare pattern name when only one pass has it).
-    ``precision`` is a policy (cuvil_mlir/precision.py: fp32, fp16, bf16, int8-weight,
+    ``precision`` is a policy (cuvil_mlir/compiler/precision.py: fp32, fp16, bf16, int8-weight,
     int4-weight, int8); ``int8`` needs ``calibration``.
     """
-    from cuvil_mlir.pipeline import Options, compile_program
+    from cuvil_mlir.compiler.pipeline import Options, compile_program
 
     options = Options(target=target, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=tuple(disabled_passes),
                       disabled_patterns=tuple(disabled_patterns), precision=precision, calibration=calibration)
@@ -32,15 +31,15 @@ def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns
 
 def lower(model, args=(), *, stage: str = "cuvil", target: str = "cpu", patterns=(), elide_weights: bool = True) -> str:
     """The MLIR text of ``model`` after ``stage`` ("torch", "cuvil", "lowered")."""
-    from cuvil_mlir.pipeline import Options, compile_program
+    from cuvil_mlir.compiler.pipeline import Options, compile_program
 
     return compile_program(model, args, Options(target=target, patterns=tuple(patterns)), emit=stage, elide_weights=elide_weights).text
 
 
 def calibrate(model, sample_inputs, *, method: str = "minmax", percentile: float = 99.99, **options):
     """Activation ranges for ``compile(..., precision="int8", calibration=...)``: see
-    cuvil_mlir/calibration.py (``method`` is minmax or percentile)."""
-    from cuvil_mlir.calibration import calibrate as _calibrate
+    cuvil_mlir/compiler/calibrate.py (``method`` is minmax or percentile)."""
+    from cuvil_mlir.compiler.calibrate import calibrate as _calibrate
 
     return _calibrate(model, sample_inputs, method=method, percentile=percentile, **options)
 
@@ -49,7 +48,7 @@ def load(path, prefer=None):
     """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile`` on the first
     of its targets (in ``prefer`` order: target specs or kinds; default the package's) that
     this machine has a device for; later targets take over if it fails."""
-    from cuvil_mlir.compiled import load as _load
+    from cuvil_mlir.runtime.compiled import load as _load
 
     return _load(path, prefer)
 

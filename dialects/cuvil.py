@@ -14,8 +14,8 @@ Python-defined ops print in generic form::
 
 from typing import Any
 
-from cuvil_mlir.ir import ext, ir
-from cuvil_mlir.tensor_types import TensorInfo, tensor_info
+from cuvil_mlir.core.ir import ext, ir
+from cuvil_mlir.core.tensor_types import TensorInfo, tensor_info
 
 Operand = ext.Operand
 Result = ext.Result

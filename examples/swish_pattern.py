@@ -5,7 +5,7 @@
 """
 
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.patterns import PatternSet, defining_op, num_uses
+from cuvil_mlir.core.patterns import PatternSet, defining_op, num_uses
 
 patterns = PatternSet("fuse-hand-written-swish", description="x * sigmoid(x) on a linear -> linear {silu}")
 

@@ -1,20 +1,26 @@
-"""The built-in passes, one module per pass: ``raise-torch-to-cuvil`` is raise_torch_to_cuvil.py
-and is tested by tests/lowering/raise-torch-to-cuvil.mlir. Each module exposes ``PASS``."""
+"""The built-in passes, one module per pass, in one folder per stage:
 
-from cuvil_mlir.passes import Registry
+    raising/    torch ops -> Cuvil ops           (raise-torch-to-cuvil, raise-pt2e-quant)
+    fusion/     Cuvil ops -> fused Cuvil ops     (fuse-*)
+    precision/  the precision policies' passes   (demote-precision, quantize-*, narrow-io)
+    to_torch/   Cuvil ops -> torch ops, checked  (lower-cuvil-to-torch, verify-no-cuvil)
 
-from . import (
-    fuse_attention, fuse_conv_bn, fuse_gated_ffn, fuse_horizontal, fuse_linear_epilogue, fuse_norms,
-    lower_cuvil_to_torch, raise_torch_to_cuvil, verify_no_cuvil,
-)
-from . import quantize_static, quantize_weights, raise_pt2e_quant
-from . import demote_precision, narrow_io
+``raise-torch-to-cuvil`` is raising/raise_torch_to_cuvil.py and is tested by
+tests/lowering/raising/raise-torch-to-cuvil.mlir. Each module exposes ``PASS``.
+"""
 
-# In the order `cuvil passes` lists them: raise, fuse, precision/quantize, lower, verify.
+from cuvil_mlir.core.passes import Registry
+
+from .raising import raise_pt2e_quant, raise_torch_to_cuvil
+from .fusion import fuse_attention, fuse_conv_bn, fuse_gated_ffn, fuse_horizontal, fuse_linear_epilogue, fuse_norms
+from .precision import demote_precision, narrow_io, quantize_static, quantize_weights
+from .to_torch import lower_cuvil_to_torch, verify_no_cuvil
+
+# In pipeline order (`cuvil passes` lists them so): raise, fuse, precision/quantize, lower, verify.
 BUILTIN_PASSES = tuple(m.PASS for m in (
     raise_torch_to_cuvil, raise_pt2e_quant,
     fuse_conv_bn, fuse_norms, fuse_attention, fuse_linear_epilogue, fuse_gated_ffn, fuse_horizontal,
-    quantize_weights, quantize_static, narrow_io, demote_precision,
+    narrow_io, demote_precision, quantize_weights, quantize_static,
     lower_cuvil_to_torch,
     verify_no_cuvil,
 ))

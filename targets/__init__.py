@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import MISSING, fields
 
-from cuvil_mlir.diagnostics import CuvilError
+from cuvil_mlir.core.diagnostics import CuvilError
 
 from .base import NAME_FIELDS, Target
 from .cpu import CpuTarget, VmvxTarget

@@ -7,18 +7,20 @@ import hashlib
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
+from cuvil_mlir.core.stages import Stage
+
 # After import, in order: the stage name and the passes it runs (pass specs, as cuvil-opt takes them).
 # "precision" lists no passes of its own: the pipeline fills it from the compile's precision
-# policy (cuvil_mlir/precision.py).
+# policy (cuvil_mlir/compiler/precision.py).
 FUSION_PASSES: tuple[str, ...] = (
     "fuse-conv-bn", "fuse-norms", "fuse-attention", "fuse-linear-epilogue", "fuse-gated-ffn", "fuse-horizontal",
 )
 DEFAULT_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # raise-pt2e-quant reads the cuvil.linear/conv2d raise made of a PT2E-quantized op
-    ("cuvil", ("raise-torch-to-cuvil", "raise-pt2e-quant")),
-    ("fused", FUSION_PASSES),
-    ("precision", ()),
-    ("lowered", ("lower-cuvil-to-torch{attention=sdpa}", "verify-no-cuvil")),
+    (Stage.CUVIL, ("raise-torch-to-cuvil", "raise-pt2e-quant")),
+    (Stage.FUSED, FUSION_PASSES),
+    (Stage.PRECISION, ()),
+    (Stage.LOWERED, ("lower-cuvil-to-torch{attention=sdpa}", "verify-no-cuvil")),
 )
 
 # When IREE rejects a module, the pipeline retries with these pass specs swapped in, in
@@ -32,7 +34,7 @@ DEFAULT_FALLBACKS: tuple[tuple[str, str], ...] = (
 # targets where IREE compiles or runs its attention op worse (cpu: ~60x slower for one
 # causal 4x128x64 attention on IREE 3.13; vulkan: f32 fails to compile).
 DECOMPOSED_ATTENTION_STAGES = tuple(
-    (name, ("lower-cuvil-to-torch{attention=decomposed}", "verify-no-cuvil") if name == "lowered" else passes)
+    (name, ("lower-cuvil-to-torch{attention=decomposed}", "verify-no-cuvil") if name == Stage.LOWERED else passes)
     for name, passes in DEFAULT_STAGES
 )
 DECOMPOSED_ATTENTION_FALLBACKS: tuple[tuple[str, str], ...] = (

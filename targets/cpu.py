@@ -45,7 +45,7 @@ class CpuTarget(Target):
 
     def requirements(self) -> dict:
         """The executable format, CPU and instruction-set features IREE compiles for: a module
-        built for another CPU would die with SIGILL (cuvil_mlir/hostcpu.py checks at load)."""
+        built for another CPU would die with SIGILL (cuvil_mlir/runtime/hostcpu.py checks at load)."""
         from . import iree
 
         return iree.llvm_cpu_requirements(tuple(self.iree_flags()))

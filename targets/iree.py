@@ -13,8 +13,8 @@ import re
 import shlex
 import tempfile
 
-from cuvil_mlir.diagnostics import CompileError
-from cuvil_mlir.ir import ir, module_to_bytecode
+from cuvil_mlir.core.diagnostics import CompileError
+from cuvil_mlir.core.ir import ir, module_to_bytecode
 
 
 def serialize(module: ir.Module) -> bytes:

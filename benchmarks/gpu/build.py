@@ -10,7 +10,7 @@ Variants of each case (one .vmfb each; VARIANTS below; --variants default|ablati
   cuvil_h200            cuvil_mlir.compile(target="cuda:h200")            hopper-mode=ptx-jit (sm_89 PTX)
   cuvil_h200_td         cuvil_mlir.compile(target="cuda:h200{hopper-mode=target-description}")  (sm_90 PTX)
   cuvil_sm90_td         the same description without the chip entry
-  plain_h200            cuvil_mlir.pipeline.compile_plain_iree (torch-mlir's import, default decompositions)
+  plain_h200            cuvil_mlir.compiler.pipeline.compile_plain_iree (torch-mlir's import, default decompositions)
                         with the flags of cuda:h200: IREE without any Cuvil pass
   cuvil_vulkan_ampere   cuvil_mlir.compile(target="vulkan:ampere")
   cuvil_h200_int8w ...  precision policies (int8-weight, int4-weight, int8, fp16, fp16{io=fp16}, bf16);
@@ -21,7 +21,7 @@ where fp16 fails to compile, from the fp32 model, and case.json says so. Inputs 
 reference outputs (from the fp32 model on the same input values) are saved as .npy beside the modules.
 ``pack`` compresses modules to .vmfb.xz (sign-weight models shrink ~10x; run_on_h200.py unpacks them).
 
-The plain-IREE baseline runs no Cuvil pass (cuvil_mlir.pipeline.compile_plain_iree, as the harness's
+The plain-IREE baseline runs no Cuvil pass (cuvil_mlir.compiler.pipeline.compile_plain_iree, as the harness's
 plain-iree configuration).
 """
 
@@ -251,7 +251,7 @@ def calibration_samples(args, count: int = 4, seed: int = 0) -> list[tuple]:
 
 def compile_cuvil(model, args, spec: str, **options):
     import cuvil_mlir
-    from cuvil_mlir.precision import parse_policy
+    from cuvil_mlir.compiler.precision import parse_policy
 
     if parse_policy(options.get("precision")).name == "int8":
         options["calibration"] = cuvil_mlir.calibrate(model, calibration_samples(args), target=spec)
@@ -262,10 +262,10 @@ def compile_cuvil(model, args, spec: str, **options):
 
 
 def compile_plain(model, args, spec: str):
-    """IREE without Cuvil: cuvil_mlir.pipeline.compile_plain_iree, i.e. torch-mlir's FX import with
+    """IREE without Cuvil: cuvil_mlir.compiler.pipeline.compile_plain_iree, i.e. torch-mlir's FX import with
     its default decompositions straight into IREE with the target's flags (no Cuvil pass runs; the
     same baseline as the harness's plain-iree configuration)."""
-    from cuvil_mlir.pipeline import Options, compile_plain_iree
+    from cuvil_mlir.compiler.pipeline import Options, compile_plain_iree
 
     cm = compile_plain_iree(model, args, Options(target=spec))
     return cm.modules[0].vmfb, {"iree_flags": list(cm.modules[0].iree_flags)}

@@ -5,7 +5,7 @@ runtime wheel and cuvil_mlir's runtime side on PYTHONPATH; device_run.sh runs it
     python3 benchmarks/gpu/io_paths.py .gpu/run1/prec-block256-b8:cuvil_h200 [...] --out $OUT/io.json
 
 Per module, wall-clock per call (median of 200 after 20 warm-up calls):
-  import_<alloc>   cuvil_mlir.runtime.Session(copy=False, allocator=<alloc>).invoke: numpy inputs
+  import_<alloc>   cuvil_mlir.runtime.session.Session(copy=False, allocator=<alloc>).invoke: numpy inputs
                    imported as host memory, outputs read back with to_host()
   copy_<alloc>     Session(copy=True, ...): device buffers filled by copy, outputs through pinned
                    staging buffers kept across calls
@@ -45,7 +45,7 @@ def timed(fn) -> dict:
 def measure(case_dir: Path, variant: str) -> dict:
     import iree.runtime as rt
 
-    from cuvil_mlir.runtime import Session
+    from cuvil_mlir.runtime.session import Session
 
     case = json.loads((case_dir / "case.json").read_text())
     info = case["variants"][variant]

@@ -329,12 +329,12 @@ def build_cases() -> dict:
 
 def compare_files(report_json: Path, date: str, out: Path, note: str) -> str:
     """The JSON `cuvil compare --from DIR --json` wrote there -> gpu-compare-<date>.{json,md,png}:
-    the table as `cuvil compare` prints it (cuvil_mlir.render, which works from the JSON alone) and its chart."""
+    the table as `cuvil compare` prints it (cuvil_mlir.eval.render, which works from the JSON alone) and its chart."""
     import io
 
     from rich.console import Console
 
-    from cuvil_mlir import render
+    from cuvil_mlir.eval import render
 
     report = json.loads(report_json.read_text())
     stem = out / f"gpu-compare-{date}"

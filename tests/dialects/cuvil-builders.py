@@ -1,10 +1,10 @@
 # RUN: %PYTHON %s | FileCheck %s
 """The Python builders of dialects/cuvil.py make ops that verify and print as expected."""
 
-from cuvil_mlir.context import make_context
+from cuvil_mlir.compiler.context import make_context
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.ir import func, ir
-from cuvil_mlir.patterns import vtensor_type
+from cuvil_mlir.core.ir import func, ir
+from cuvil_mlir.core.patterns import vtensor_type
 
 
 def f32(*shape):

@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cuvil_mlir.context import make_context
-from cuvil_mlir.importers import fx
+from cuvil_mlir.compiler.context import make_context
+from cuvil_mlir.compiler.importers import fx
 from cuvil_mlir.lowering import builtin_registry
-from cuvil_mlir.passes import run_pipeline
-from cuvil_mlir.runtime import Session
+from cuvil_mlir.core.passes import run_pipeline
+from cuvil_mlir.runtime.session import Session
 from cuvil_mlir.targets import iree, parse_target
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import torch
 
 import cuvil_mlir
 import models
-from cuvil_mlir.diagnostics import CuvilError, ImportError_, InputError, LoweringError, PackageError
+from cuvil_mlir.core.diagnostics import CuvilError, ImportError_, InputError, LoweringError, MissingFileError, PackageError
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_not_a_tensor(mlp_compiled):
 
 
 def test_missing_model_file(tmp_path):
-    with pytest.raises(ImportError_, match="model file not found"):
+    with pytest.raises(MissingFileError, match="model file not found"):
         cuvil_mlir.compile(str(tmp_path / "nope.pt2"))
 
 
@@ -97,7 +97,7 @@ def test_cuvil_op_nothing_lowers_is_named():
 
 
 def test_missing_package(tmp_path):
-    with pytest.raises(PackageError, match="package not found"):
+    with pytest.raises(MissingFileError, match="package not found"):
         cuvil_mlir.load(tmp_path / "missing.cuvilpkg")
 
 
@@ -156,7 +156,7 @@ def test_save_failure_keeps_existing_file(tmp_path, mlp_compiled):
     cm, _ = mlp_compiled
     path = tmp_path / "keep.cuvilpkg"
     path.write_bytes(b"precious")
-    broken = cuvil_mlir.compiled.CompiledModel(cm.modules, {**cm.metadata, "bad": object()})
+    broken = cuvil_mlir.runtime.compiled.CompiledModel(cm.modules, {**cm.metadata, "bad": object()})
     with pytest.raises(TypeError):
         broken.save(path)
     assert path.read_bytes() == b"precious"

@@ -1,4 +1,4 @@
-"""The differential checker (cuvil_mlir.testing.check_pattern/check_patterns, `cuvil check-patterns`):
+"""The differential checker (cuvil_mlir.eval.testing.check_pattern/check_patterns, `cuvil check-patterns`):
 it catches a wrong rewrite with a repro that reproduces, a near miss that is rewritten, a
 pattern that leaves garbage, a pattern without an example; and every built-in pattern passes."""
 
@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from cuvil_mlir.lowering import builtin_registry
-from cuvil_mlir.patterns import PatternSet, const_float, defining_op
-from cuvil_mlir.testing import builtin_pattern_sets, check_pattern, check_patterns
+from cuvil_mlir.core.patterns import PatternSet, const_float, defining_op
+from cuvil_mlir.eval.testing import builtin_pattern_sets, check_pattern, check_patterns
 
 BIN = Path(sys.executable).parent
 
 # A user's pattern file with a deliberately broken rewrite: relu(x) -> x.
 BROKEN = '''
-from cuvil_mlir.patterns import PatternSet
+from cuvil_mlir.core.patterns import PatternSet
 
 patterns = PatternSet("drop-relu", description="a wrong rewrite")
 
@@ -65,10 +65,10 @@ def test_broken_pattern_is_a_mismatch_with_a_repro_that_reproduces(broken_file, 
 
 
 def _run_ir(text: str, inputs):
-    from cuvil_mlir.context import make_context
-    from cuvil_mlir.ir import parse_module
-    from cuvil_mlir.passes import run_pipeline
-    from cuvil_mlir.runtime import Session
+    from cuvil_mlir.compiler.context import make_context
+    from cuvil_mlir.core.ir import parse_module
+    from cuvil_mlir.core.passes import run_pipeline
+    from cuvil_mlir.runtime.session import Session
     from cuvil_mlir.targets import iree, parse_target
 
     module = parse_module(text, make_context())
@@ -84,7 +84,7 @@ def _scale_patterns(*, wrong_fold: bool = False) -> PatternSet:
     @patterns.add("torch.aten.mul.Scalar")
     def fold_scales(op, rewriter):
         """mul.Scalar(mul.Scalar(x, a), b) -> mul.Scalar(x, a * b)"""
-        from cuvil_mlir.patterns import build, torch_float
+        from cuvil_mlir.core.patterns import build, torch_float
 
         inner = defining_op(op.operands[0], "torch.aten.mul.Scalar")
         if inner is None or const_float(op.operands[1]) is None or const_float(inner.operands[1]) is None:
@@ -115,8 +115,8 @@ def test_subtly_broken_builtin_pattern_is_caught():
     """fuse-linear-epilogue with its gelu epilogue broken: exact gelu fused as the tanh
     approximation (a max-norm relative error of only ~3e-4)."""
     from cuvil_mlir.dialects import cuvil
-    from cuvil_mlir.lowering import fuse_linear_epilogue
-    from cuvil_mlir.patterns import has_one_use
+    from cuvil_mlir.lowering.fusion import fuse_linear_epilogue
+    from cuvil_mlir.core.patterns import has_one_use
 
     builtin = fuse_linear_epilogue.patterns.without("gelu_epilogue")
     broken = PatternSet(builtin.name, list(builtin.patterns))
@@ -173,7 +173,7 @@ def test_pattern_that_builds_before_failing_to_match_is_reported():
     @patterns.add("torch.aten.add.Scalar")
     def builds_then_gives_up(op, rewriter):
         """add.Scalar(x, c) -> ... (never matches, but builds a constant first: a bug)"""
-        from cuvil_mlir.patterns import torch_float
+        from cuvil_mlir.core.patterns import torch_float
 
         torch_float(0.0)
         return None
@@ -223,7 +223,7 @@ def test_pattern_without_example_is_reported():
 
 
 def test_filters_that_name_nothing_fail():
-    from cuvil_mlir.diagnostics import CuvilError
+    from cuvil_mlir.core.diagnostics import CuvilError
 
     with pytest.raises(CuvilError, match="no pattern 'nope'"):
         check_patterns([_scale_patterns()], patterns=["nope"])

@@ -25,7 +25,7 @@ from cuvil_mlir.lowering import builtin_registry
 def bad_pattern_file(path: Path, root: str) -> Path:
     """A user pattern file whose one pattern raises on every ``root`` op."""
     path.write_text(f'''
-from cuvil_mlir.patterns import PatternSet
+from cuvil_mlir.core.patterns import PatternSet
 
 patterns = PatternSet("explode", description="a pattern that raises")
 

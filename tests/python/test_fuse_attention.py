@@ -13,8 +13,8 @@ import torch.nn as nn
 
 import cuvil_mlir
 import models
-from cuvil_mlir.lowering import fuse_attention
-from cuvil_mlir.testing import assert_matches_reference, check_pattern
+from cuvil_mlir.lowering.fusion import fuse_attention
+from cuvil_mlir.eval.testing import assert_matches_reference, check_pattern
 
 pytestmark = pytest.mark.slow
 

@@ -97,7 +97,7 @@ def test_cnn_conv_bn_activation_become_one_conv_each(cnn):
 
 
 def test_cnn_without_the_passes_keeps_bn_and_activations(cnn):
-    from cuvil_mlir.pipeline import Options, compile_program
+    from cuvil_mlir.compiler.pipeline import Options, compile_program
 
     model, args = cnn
 

@@ -17,12 +17,12 @@ import torch
 
 import cuvil_mlir
 from cuvil_mlir import cli
-from cuvil_mlir.diagnostics import CuvilError
-from cuvil_mlir.harness import compare, make_input_sets, parse_config
-from cuvil_mlir.measure import DEFAULT_RTOL, Timer, TimingSettings, output_errors, permuted, rtol_for
-from cuvil_mlir.patterns import PatternSet, build
-from cuvil_mlir.pipeline import Options, compile_program
-from cuvil_mlir.testing import assert_matches_reference
+from cuvil_mlir.core.diagnostics import CuvilError
+from cuvil_mlir.eval.harness import compare, make_input_sets, parse_config
+from cuvil_mlir.eval.measure import DEFAULT_RTOL, Timer, TimingSettings, output_errors, permuted, rtol_for
+from cuvil_mlir.core.patterns import PatternSet, build
+from cuvil_mlir.compiler.pipeline import Options, compile_program
+from cuvil_mlir.eval.testing import assert_matches_reference
 
 pytest_plugins = ["pytester"]
 
@@ -404,7 +404,7 @@ def test_cli_compare_exits_1_on_a_mismatch(relu_mlp, tmp_path, capsys):
 
 
 WRONG_PATTERN_FILE = '''
-from cuvil_mlir.patterns import PatternSet, build
+from cuvil_mlir.core.patterns import PatternSet, build
 
 patterns = PatternSet("relu-into-sigmoid")
 
@@ -438,7 +438,7 @@ def test_plugin_is_an_installed_entry_point():
     from importlib.metadata import entry_points
 
     (ep,) = [e for e in entry_points(group="pytest11") if e.name == "cuvil"]
-    assert ep.value == "cuvil_mlir.pytest_plugin"
+    assert ep.value == "cuvil_mlir.eval.pytest_plugin"
 
 
 # Each pytester run is a subprocess: an in-process run drops the modules it imported, and
@@ -480,7 +480,7 @@ def test_plugin_assertion_helpers_pass_and_fail(pytester):
         import pytest
         import torch
         import cuvil_mlir
-        from cuvil_mlir.testing import assert_matches_reference
+        from cuvil_mlir.eval.testing import assert_matches_reference
 
         torch.manual_seed(0)
         MODEL, X = torch.nn.Linear(8, 4).eval(), torch.randn(2, 8)

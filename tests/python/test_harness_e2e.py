@@ -10,7 +10,7 @@ import torch
 
 import cuvil_mlir
 import models
-from cuvil_mlir.testing import assert_close_across_targets, assert_matches_reference
+from cuvil_mlir.eval.testing import assert_close_across_targets, assert_matches_reference
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import cuvil_mlir
-from cuvil_mlir import cli, hostcpu
-from cuvil_mlir.diagnostics import RuntimeFailure
+from cuvil_mlir import cli
+from cuvil_mlir.runtime import hostcpu
+from cuvil_mlir.core.diagnostics import RuntimeFailure
 from cuvil_mlir.targets import iree, parse_target
 
 # CPUs with instructions few machines have all of (AMX, AVX-512 FP16, SVE): the first whose

@@ -1,13 +1,15 @@
-"""The layering of docs/architecture.md (design card), checked on the source with ``ast``.
+"""The layering of docs/architecture.md, checked on the source with ``ast``. The folders are the layers:
 
-    cuvil_mlir.ir (+ diagnostics, tensor_types, patterns, passes)  <-  dialects  <-  lowering
-        <-  targets  <-  everything else (API, CLI, pipeline, runtime, package, importers, ...)
+    core  <-  dialects  <-  lowering  <-  targets  <-  compiler  <-  eval  <-  cli, the package API
+    core  <-  runtime   <-  compiler                (runtime needs no compiler: it runs where IREE's compiler is not)
 
-Nothing imports upward. Each external dependency has one seam:
-  - torch-mlir's MLIR bindings (torch_mlir.ir, .rewrite, .passmanager, .dialects.*): cuvil_mlir/ir.py;
-  - torch-mlir's importers (torch_mlir.fx, torch_mlir.extras.*): cuvil_mlir/importers/;
-  - iree.compiler: targets/iree.py;
-  - iree.runtime: cuvil_mlir/runtime.py.
+A layer imports only the layers its row of MAY_IMPORT names. Besides:
+  - no pass imports another pass (lowering/<stage>/<pass>.py may import lowering/common.py only);
+  - no import cycles between modules (imports inside functions count too);
+  - each external dependency has one seam:
+      torch-mlir's MLIR bindings (torch_mlir.ir, .rewrite, .passmanager, .dialects.*): cuvil_mlir/core/ir.py;
+      torch-mlir's importers (torch_mlir.fx, torch_mlir.extras.*): cuvil_mlir/compiler/importers/;
+      iree.compiler: targets/iree.py;  iree.runtime: cuvil_mlir/runtime/session.py.
 
 Every import counts: module level, inside functions, under ``if TYPE_CHECKING:``, and
 ``importlib.import_module("literal")``. Each rule is also run on small made-up modules, once
@@ -32,15 +34,39 @@ ROOT = Path(__file__).resolve().parents[2]
 # source folder -> the package it is installed as (read from pyproject.toml's package-dir)
 TREES = package_dirs()
 
-# The bottom layer: the MLIR seam and the leaf helpers that sit beside it.
-BOTTOM = {
-    "cuvil_mlir.ir",
-    "cuvil_mlir.diagnostics",
-    "cuvil_mlir.tensor_types",
-    "cuvil_mlir.patterns",
-    "cuvil_mlir.passes",
+# Layer -> the packages it holds. A module belongs to the first layer one of whose packages is
+# a prefix of its name; anything else (cuvil_mlir/__init__.py, the old-name modules harness.py
+# and testing.py) is the package API, the top.
+LAYERS = {
+    "core": ("cuvil_mlir.core",),
+    "dialects": ("cuvil_mlir.dialects",),
+    "lowering": ("cuvil_mlir.lowering",),
+    "targets": ("cuvil_mlir.targets",),
+    "runtime": ("cuvil_mlir.runtime",),
+    "compiler": ("cuvil_mlir.compiler",),
+    "eval": ("cuvil_mlir.eval",),
+    "cli": ("cuvil_mlir.cli",),
 }
-LAYER_NAMES = ["ir", "dialects", "lowering", "targets", "api"]
+BELOW_COMPILER = ("core", "dialects", "lowering", "targets", "runtime")
+MAY_IMPORT = {
+    "core": {"core"},
+    "dialects": {"core", "dialects"},
+    "lowering": {"core", "dialects", "lowering"},
+    "targets": {"core", "dialects", "lowering", "targets"},
+    "runtime": {"core", "runtime"},
+    "compiler": {*BELOW_COMPILER, "compiler"},
+    "eval": {*BELOW_COMPILER, "compiler", "eval"},
+    "cli": {*BELOW_COMPILER, "compiler", "eval", "cli", "api"},
+    "api": {*LAYERS, "api"},
+}
+# lowering/: the registry (lowering/__init__.py) imports every pass; passes import only these
+LOWERING_SHARED = {"cuvil_mlir.lowering.common"}
+SEAMS = {
+    "bindings": "cuvil_mlir.core.ir",
+    "importers": "cuvil_mlir.compiler.importers",
+    "iree.compiler": "cuvil_mlir.targets.iree",
+    "iree.runtime": "cuvil_mlir.runtime.session",
+}
 
 
 @dataclass(frozen=True)
@@ -126,13 +152,11 @@ def tree_imports(top_level_only: bool = False) -> tuple[Import, ...]:
 # --- the rules: each returns the imports that break it ------------------------------------------
 
 
-def layer(module: str) -> int:
-    if module in BOTTOM:
-        return 0
-    for index, package in ((1, "cuvil_mlir.dialects"), (2, "cuvil_mlir.lowering"), (3, "cuvil_mlir.targets")):
-        if module == package or module.startswith(package + "."):
-            return index
-    return 4
+def layer(module: str) -> str:
+    for name, packages in LAYERS.items():
+        if any(module == p or module.startswith(p + ".") for p in packages):
+            return name
+    return "api"
 
 
 def internal_module(target: str, known: set[str]) -> str | None:
@@ -147,13 +171,61 @@ def internal_module(target: str, known: set[str]) -> str | None:
 
 
 def upward_imports(imports: Iterable[Import], known: set[str]) -> list[str]:
+    """Imports of a layer that the importing layer's row of MAY_IMPORT does not name."""
     bad = []
     for imp in imports:
         reached = internal_module(imp.target, known)
-        if reached is None or layer(reached) <= layer(imp.module):
+        if reached is None:
             continue
-        bad.append(f"{imp}: layer '{LAYER_NAMES[layer(imp.module)]}' imports '{reached}' of higher layer '{LAYER_NAMES[layer(reached)]}'")
+        mine, theirs = layer(imp.module), layer(reached)
+        if theirs not in MAY_IMPORT[mine]:
+            bad.append(f"{imp}: layer '{mine}' may not import '{reached}' of layer '{theirs}' (it may import: {', '.join(sorted(MAY_IMPORT[mine]))})")
     return bad
+
+
+def is_pass_module(module: str) -> bool:
+    return module.startswith("cuvil_mlir.lowering.") and module not in LOWERING_SHARED and module.count(".") >= 3 \
+        and not module.endswith("__init__")
+
+
+def pass_imports(imports: Iterable[Import], known: set[str], packages: set[str]) -> list[str]:
+    """A pass module that imports another pass (share code through lowering/common.py instead)."""
+    bad = []
+    for imp in imports:
+        reached = internal_module(imp.target, known)
+        if reached is None or not is_pass_module(imp.module) or reached == imp.module:
+            continue
+        if reached.startswith("cuvil_mlir.lowering") and reached not in LOWERING_SHARED:
+            if reached in packages and imp.target != reached:  # `from cuvil_mlir.lowering.x import y`: y is the module
+                reached = imp.target
+            bad.append(f"{imp}: pass '{imp.module}' imports '{reached}'; passes share code only through lowering/common.py")
+    return bad
+
+
+def import_cycles(imports: Iterable[Import], known: set[str]) -> list[str]:
+    """Cycles in the module import graph (a package counts as its __init__ module)."""
+    graph: dict[str, set[str]] = {}
+    for imp in imports:
+        reached = internal_module(imp.target, known)
+        if reached is not None and reached != imp.module and not imp.module.startswith(reached + "."):
+            graph.setdefault(imp.module, set()).add(reached)
+    cycles, state, stack = [], {}, []
+
+    def visit(node: str) -> None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return cycles
 
 
 def _within(name: str, *prefixes: str) -> bool:
@@ -166,19 +238,19 @@ def seam_violations(imports: Iterable[Import]) -> list[str]:
     for imp in imports:
         t, m = imp.target, imp.module
         if _within(t, "torch_mlir.fx", "torch_mlir.extras"):
-            if not _within(m, "cuvil_mlir.importers"):
-                bad.append(f"{imp}: torch-mlir's importers may only be imported in cuvil_mlir/importers/")
+            if not _within(m, "cuvil_mlir.compiler.importers"):
+                bad.append(f"{imp}: torch-mlir's importers may only be imported in cuvil_mlir/compiler/importers/")
         elif _within(t, "torch_mlir"):
-            if m != "cuvil_mlir.ir":
-                bad.append(f"{imp}: torch-mlir's MLIR bindings may only be imported in cuvil_mlir/ir.py (use cuvil_mlir.ir)")
+            if m != "cuvil_mlir.core.ir":
+                bad.append(f"{imp}: torch-mlir's MLIR bindings may only be imported in cuvil_mlir/core/ir.py (use cuvil_mlir.core.ir)")
         elif _within(t, "iree.compiler"):
             if m != "cuvil_mlir.targets.iree":
                 bad.append(f"{imp}: iree.compiler may only be imported in targets/iree.py")
         elif _within(t, "iree.runtime"):
-            if m != "cuvil_mlir.runtime":
-                bad.append(f"{imp}: iree.runtime may only be imported in cuvil_mlir/runtime.py")
+            if m != "cuvil_mlir.runtime.session":
+                bad.append(f"{imp}: iree.runtime may only be imported in cuvil_mlir/runtime/session.py")
         elif _within(t, "iree"):
-            bad.append(f"{imp}: IREE is reached only through iree.compiler (targets/iree.py) or iree.runtime (cuvil_mlir/runtime.py)")
+            bad.append(f"{imp}: IREE is reached only through iree.compiler (targets/iree.py) or iree.runtime (cuvil_mlir/runtime/session.py)")
     return bad
 
 
@@ -188,7 +260,7 @@ def eager_package_imports(top_level: Iterable[Import], known: set[str]) -> list[
     bad = []
     for imp in top_level:
         reached = internal_module(imp.target, known)
-        if imp.module != "cuvil_mlir" or reached is None or reached in BOTTOM:
+        if imp.module != "cuvil_mlir" or reached is None or layer(reached) == "core":
             continue
         bad.append(f"{imp}: cuvil_mlir/__init__.py runs on every import of the package; import '{reached}' inside the function that needs it")
     return bad
@@ -203,20 +275,37 @@ def _fail(bad: list[str], rule: str) -> None:
 
 def test_the_tree_has_the_modules_the_rules_name():
     known = set(source_modules())
-    for module in [*BOTTOM, "cuvil_mlir", "cuvil_mlir.runtime", "cuvil_mlir.targets.iree", "cuvil_mlir.dialects", "cuvil_mlir.lowering", "cuvil_mlir.targets"]:
+    named = ["cuvil_mlir", *SEAMS.values(), *LOWERING_SHARED, *(p for ps in LAYERS.values() for p in ps)]
+    for module in named:
         assert module in known, f"{module} is named by a layering rule but has no source file; update tests/python/test_layering.py"
 
 
+def test_every_folder_is_a_layer():
+    """A new folder under cuvil_mlir/ must be given a row in LAYERS (and docs/architecture.md)."""
+    unplaced = sorted({m.split(".")[1] for m in source_modules() if m.count(".") >= 2 and layer(m) == "api"})
+    assert not unplaced, f"cuvil_mlir sub-packages with no layer: {unplaced}"
+
+
 def test_nothing_imports_upward():
-    _fail(upward_imports(tree_imports(), set(source_modules())), "upward imports (ir <- dialects <- lowering <- targets <- api)")
+    _fail(upward_imports(tree_imports(), set(source_modules())), "imports a layer may not make (MAY_IMPORT)")
+
+
+def test_no_pass_imports_another_pass():
+    modules = source_modules()
+    packages = {m for m, path in modules.items() if path.name == "__init__.py"}
+    _fail(pass_imports(tree_imports(), set(modules), packages), "passes importing passes")
+
+
+def test_no_import_cycles():
+    _fail(import_cycles(tree_imports(), set(source_modules())), "import cycles")
 
 
 def test_torch_mlir_bindings_only_in_ir_py():
-    _fail([b for b in seam_violations(tree_imports()) if "torch-mlir's MLIR bindings" in b], "torch-mlir binding imports outside cuvil_mlir/ir.py")
+    _fail([b for b in seam_violations(tree_imports()) if "torch-mlir's MLIR bindings" in b], "torch-mlir binding imports outside cuvil_mlir/core/ir.py")
 
 
 def test_torch_mlir_importers_only_in_importers_package():
-    _fail([b for b in seam_violations(tree_imports()) if "torch-mlir's importers" in b], "torch-mlir importer imports outside cuvil_mlir/importers/")
+    _fail([b for b in seam_violations(tree_imports()) if "torch-mlir's importers" in b], "torch-mlir importer imports outside cuvil_mlir/compiler/importers/")
 
 
 def test_iree_compiler_only_in_targets_iree():
@@ -224,7 +313,7 @@ def test_iree_compiler_only_in_targets_iree():
 
 
 def test_iree_runtime_only_in_runtime_py():
-    _fail([b for b in seam_violations(tree_imports()) if "iree.runtime may" in b], "iree.runtime imports outside cuvil_mlir/runtime.py")
+    _fail([b for b in seam_violations(tree_imports()) if "iree.runtime may" in b], "iree.runtime imports outside cuvil_mlir/runtime/session.py")
 
 
 def test_package_init_imports_only_the_bottom_layer_eagerly():
@@ -233,21 +322,25 @@ def test_package_init_imports_only_the_bottom_layer_eagerly():
 
 def test_importing_a_layer_loads_no_higher_layer():
     """The same rule at run time: import the layers bottom-up in a fresh interpreter and check that
-    no module of a higher layer has been loaded yet (catches what ast cannot see)."""
-    by_layer = [sorted(m for m in source_modules() if m != "cuvil_mlir" and layer(m) == i) for i in range(5)]
+    no import loads a module of a layer its own may not import (catches what ast cannot see)."""
+    order = ["core", "runtime", "dialects", "lowering", "targets", "compiler", "eval", "cli", "api"]
+    by_layer = [sorted(m for m in source_modules() if m != "cuvil_mlir" and layer(m) == name) for name in order]
+    may = [sorted(order.index(x) for x in MAY_IMPORT[name]) for name in order]
     script = f"""
 import importlib, sys
 import cuvil_mlir
 print(cuvil_mlir.__file__)
 by_layer = {by_layer!r}
+may = {may!r}
 def layer(m):
     return next((i for i, mods in enumerate(by_layer) if m in mods), None)
 for i, mods in enumerate(by_layer):
     for m in mods:
+        before = set(sys.modules)
         importlib.import_module(m)
-        above = sorted(n for n in sys.modules if layer(n) is not None and layer(n) > i)
+        above = sorted(n for n in set(sys.modules) - before if layer(n) is not None and layer(n) not in may[i])
         if above:
-            sys.exit(f"importing {{m}} (layer {{i}}) loaded higher-layer modules: {{above}}")
+            sys.exit(f"importing {{m}} (layer {{i}}) loaded modules of layers it may not import: {{above}}")
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT / "tests")
     assert result.stdout, f"`import cuvil_mlir` failed:\n{result.stderr[-3000:]}"
@@ -259,7 +352,13 @@ for i, mods in enumerate(by_layer):
 
 # --- the checker itself: each rule fires where it must and not where it must not --------------
 
-KNOWN = set(TREES.values()) | BOTTOM | {"cuvil_mlir", "cuvil_mlir.dialects.cuvil", "cuvil_mlir.lowering.fuse", "cuvil_mlir.targets.iree", "cuvil_mlir.runtime", "cuvil_mlir.pipeline"}
+KNOWN = set(TREES.values()) | {
+    "cuvil_mlir", "cuvil_mlir.core", "cuvil_mlir.core.ir", "cuvil_mlir.core.patterns", "cuvil_mlir.dialects.cuvil",
+    "cuvil_mlir.lowering.fusion", "cuvil_mlir.lowering.fusion.fuse", "cuvil_mlir.lowering.fusion.other",
+    "cuvil_mlir.lowering.common", "cuvil_mlir.targets.iree", "cuvil_mlir.runtime", "cuvil_mlir.runtime.session",
+    "cuvil_mlir.runtime.compiled", "cuvil_mlir.compiler", "cuvil_mlir.compiler.pipeline", "cuvil_mlir.eval.harness",
+}
+PACKAGES = {"cuvil_mlir", "cuvil_mlir.core", "cuvil_mlir.lowering", "cuvil_mlir.lowering.fusion", "cuvil_mlir.runtime", "cuvil_mlir.compiler"}
 
 
 def _imports(source: str, module: str, *, is_package: bool = False, top_level_only: bool = False) -> list[Import]:
@@ -267,29 +366,58 @@ def _imports(source: str, module: str, *, is_package: bool = False, top_level_on
 
 
 def test_checker_flags_an_upward_import_in_a_function_and_names_it():
-    source = "from cuvil_mlir.ir import ir\n\ndef f():\n    from cuvil_mlir.lowering import fuse\n"
+    source = "from cuvil_mlir.core.ir import ir\n\ndef f():\n    from cuvil_mlir.lowering.fusion import fuse\n"
     bad = upward_imports(_imports(source, "cuvil_mlir.dialects.cuvil"), KNOWN)
     assert len(bad) == 1
-    assert "cuvil_mlir.dialects.cuvil" in bad[0] and "from cuvil_mlir.lowering import fuse" in bad[0] and ":4" in bad[0]
+    assert "cuvil_mlir.dialects.cuvil" in bad[0] and "from cuvil_mlir.lowering.fusion import fuse" in bad[0] and ":4" in bad[0]
+
+
+def test_checker_keeps_the_runtime_free_of_the_compiler():
+    assert upward_imports(_imports("from cuvil_mlir.compiler.pipeline import Options\n", "cuvil_mlir.runtime.compiled"), KNOWN)
+    assert upward_imports(_imports("from cuvil_mlir.eval import harness\n", "cuvil_mlir.runtime.compiled"), KNOWN)
+    assert not upward_imports(_imports("from cuvil_mlir.core.ir import ir\nfrom cuvil_mlir.runtime import session\n", "cuvil_mlir.runtime.compiled"), KNOWN)
+    # the compiler builds runtime objects; the runtime never reaches back
+    assert not upward_imports(_imports("from cuvil_mlir.runtime.compiled import CompiledModel\n", "cuvil_mlir.compiler.pipeline"), KNOWN)
 
 
 def test_checker_resolves_relative_and_package_imports():
-    # targets/__init__.py: `from . import cpu` is its own layer; `from .. import pipeline` is upward
-    imps = _imports("from . import iree\nfrom .. import pipeline\n", "cuvil_mlir.targets", is_package=True)
-    assert [i.target for i in imps] == ["cuvil_mlir.targets.iree", "cuvil_mlir.pipeline"]
+    # targets/__init__.py: `from . import iree` is its own layer; `from ..compiler import pipeline` is upward
+    imps = _imports("from . import iree\nfrom ..compiler import pipeline\n", "cuvil_mlir.targets", is_package=True)
+    assert [i.target for i in imps] == ["cuvil_mlir.targets.iree", "cuvil_mlir.compiler.pipeline"]
     assert len(upward_imports(imps, KNOWN)) == 1
     # `from cuvil_mlir import __version__` reaches the package itself, the top layer
-    assert upward_imports(_imports("from cuvil_mlir import __version__\n", "cuvil_mlir.passes"), KNOWN)
+    assert upward_imports(_imports("from cuvil_mlir import __version__\n", "cuvil_mlir.core.passes"), KNOWN)
 
 
 def test_checker_allows_downward_and_same_layer_imports():
-    assert not upward_imports(_imports("from cuvil_mlir.dialects import cuvil\nfrom cuvil_mlir.patterns import PatternSet\n", "cuvil_mlir.lowering.fuse"), KNOWN)
-    assert not upward_imports(_imports("from cuvil_mlir.ir import ir\n", "cuvil_mlir.patterns"), KNOWN)
-    assert not upward_imports(_imports("from cuvil_mlir.targets import iree\nimport cuvil_mlir.lowering\n", "cuvil_mlir.pipeline"), KNOWN)
+    assert not upward_imports(_imports("from cuvil_mlir.dialects import cuvil\nfrom cuvil_mlir.core.patterns import PatternSet\n", "cuvil_mlir.lowering.fusion.fuse"), KNOWN)
+    assert not upward_imports(_imports("from cuvil_mlir.core.ir import ir\n", "cuvil_mlir.core.patterns"), KNOWN)
+    assert not upward_imports(_imports("from cuvil_mlir.targets import iree\nimport cuvil_mlir.lowering\n", "cuvil_mlir.compiler.pipeline"), KNOWN)
+
+
+def test_checker_flags_a_pass_importing_a_pass_but_not_the_shared_module():
+    pass_ = "cuvil_mlir.lowering.fusion.fuse"
+    assert len(pass_imports(_imports("from cuvil_mlir.lowering.fusion.other import helper\n", pass_), KNOWN, PACKAGES)) == 1
+    assert len(pass_imports(_imports("def f():\n    from cuvil_mlir.lowering.fusion import other\n", pass_), KNOWN, PACKAGES)) == 1
+    assert len(pass_imports(_imports("from .other import helper\n", pass_), KNOWN, PACKAGES)) == 1
+    assert not pass_imports(_imports("from cuvil_mlir.lowering.common import literal_weight\n", pass_), KNOWN, PACKAGES)
+    assert not pass_imports(_imports("from cuvil_mlir.dialects import cuvil\n", pass_), KNOWN, PACKAGES)
+    # the registry imports every pass: that is its job
+    assert not pass_imports(_imports("from .fusion import fuse, other\n", "cuvil_mlir.lowering", is_package=True), KNOWN, PACKAGES)
+
+
+def test_checker_finds_a_cycle_through_a_function_level_import():
+    a = _imports("from cuvil_mlir.compiler import pipeline\n", "cuvil_mlir.eval.harness")
+    b = _imports("def f():\n    from cuvil_mlir.eval import harness\n", "cuvil_mlir.compiler.pipeline")
+    cycles = import_cycles(a + b, KNOWN)
+    assert len(cycles) == 1 and "cuvil_mlir.eval.harness" in cycles[0] and "cuvil_mlir.compiler.pipeline" in cycles[0]
+    assert not import_cycles(a, KNOWN)
+    # a package importing its own submodule is not a cycle with that submodule's imports of siblings
+    assert not import_cycles(_imports("from . import session\n", "cuvil_mlir.runtime", is_package=True), KNOWN)
 
 
 def test_checker_sees_import_module_calls():
-    imps = _imports("import importlib\nm = importlib.import_module('iree.runtime')\n", "cuvil_mlir.pipeline")
+    imps = _imports("import importlib\nm = importlib.import_module('iree.runtime')\n", "cuvil_mlir.compiler.pipeline")
     assert any("iree.runtime may" in b for b in seam_violations(imps))
 
 
@@ -312,20 +440,20 @@ def test_checker_flags_each_seam_outside_its_module():
 
 def test_checker_allows_each_seam_in_its_own_module():
     allowed = {
-        "cuvil_mlir.ir": "from torch_mlir import ir, passmanager, rewrite\nfrom torch_mlir.dialects import ext, irdl",
-        "cuvil_mlir.importers.fx": "from torch_mlir import fx\nfrom torch_mlir.extras.fx_importer import FxImporter",
+        "cuvil_mlir.core.ir": "from torch_mlir import ir, passmanager, rewrite\nfrom torch_mlir.dialects import ext, irdl",
+        "cuvil_mlir.compiler.importers.fx": "from torch_mlir import fx\nfrom torch_mlir.extras.fx_importer import FxImporter",
         "cuvil_mlir.targets.iree": "from iree.compiler import compile_str",
-        "cuvil_mlir.runtime": "import iree.runtime as rt",
+        "cuvil_mlir.runtime.session": "import iree.runtime as rt",
     }
     for module, source in allowed.items():
         assert not seam_violations(_imports(source, module)), module
     # the seams are not interchangeable
-    assert seam_violations(_imports("from torch_mlir import fx", "cuvil_mlir.ir"))
+    assert seam_violations(_imports("from torch_mlir import fx", "cuvil_mlir.core.ir"))
     assert seam_violations(_imports("import iree.runtime", "cuvil_mlir.targets.iree"))
 
 
 def test_checker_flags_eager_imports_in_the_package_init_only():
-    source = "from cuvil_mlir.diagnostics import CuvilError\nfrom cuvil_mlir.pipeline import compile_program\n\ndef f():\n    from cuvil_mlir.pipeline import Options\n"
+    source = "from cuvil_mlir.core.diagnostics import CuvilError\nfrom cuvil_mlir.compiler.pipeline import compile_program\n\ndef f():\n    from cuvil_mlir.compiler.pipeline import Options\n"
     bad = eager_package_imports(_imports(source, "cuvil_mlir", is_package=True, top_level_only=True), KNOWN)
-    assert len(bad) == 1 and "cuvil_mlir.pipeline" in bad[0] and ":2" in bad[0]
-    assert not eager_package_imports(_imports(source, "cuvil_mlir.pipeline", top_level_only=True), KNOWN)
+    assert len(bad) == 1 and "cuvil_mlir.compiler.pipeline" in bad[0] and ":2" in bad[0]
+    assert not eager_package_imports(_imports(source, "cuvil_mlir.compiler.pipeline", top_level_only=True), KNOWN)

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # source folder -> where its modules live in the wheel (read from pyproject.toml's package-dir)
 MAPPED = {folder: package.replace(".", "/") for folder, package in package_dirs().items()}
-FLAT = ("dialects", "lowering", "targets")  # design.md: keep these folders flat
+FLAT = ("dialects", "targets")  # one module per dialect / target
+STAGE_FOLDERS = ("raising", "fusion", "precision", "to_torch")  # lowering/: one folder per stage, each flat
 SCRIPTS = {"cuvil": "cuvil_mlir.cli:main", "cuvil-opt": "cuvil_mlir.cli:opt_main"}
 
 # what a copy of the tree leaves out (.gitignore's build outputs and artifacts)
@@ -140,4 +141,19 @@ def _normal(name: str) -> str:
 @pytest.mark.parametrize("folder", FLAT)
 def test_mapped_folders_are_flat(folder):
     nested = sorted(str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*.py") if p.parent != ROOT / folder)
-    assert not nested, f"{folder}/ must stay flat (one module per dialect/pass/target, design.md); nested modules: {nested}"
+    assert not nested, f"{folder}/ must stay flat (one module per dialect/target, docs/architecture.md); nested modules: {nested}"
+
+
+def test_lowering_has_one_flat_folder_per_stage():
+    """lowering/<stage>/<pass>.py, and tests/lowering/<stage>/<pass>.mlir beside it: one name, three places."""
+    lowering = ROOT / "lowering"
+    misplaced = sorted(str(p.relative_to(ROOT)) for p in lowering.rglob("*.py")
+                       if p.parent != lowering and (p.parent.parent != lowering or p.parent.name not in STAGE_FOLDERS))
+    assert not misplaced, f"pass modules live in lowering/<stage>/ ({', '.join(STAGE_FOLDERS)}), one level deep: {misplaced}"
+    top = sorted(p.name for p in lowering.glob("*.py"))
+    assert top == ["__init__.py", "common.py"], f"lowering/ holds only the registry and the shared matchers, got {top}"
+    for path in lowering.glob("*/*.py"):
+        if path.name == "__init__.py":
+            continue
+        test = ROOT / "tests" / "lowering" / path.parent.name / (path.stem.replace("_", "-") + ".mlir")
+        assert test.is_file(), f"{path.relative_to(ROOT)} has no lit test at {test.relative_to(ROOT)}"

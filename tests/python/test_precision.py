@@ -1,7 +1,7 @@
 """Mixed precision end to end on IREE CPU: fp16 / bf16 policies (demote-precision) on the e2e
 models within their budgets (docs/precision.md), their keep / keep_paths options, the
 quantized policies' skip option, the accuracy report and the sensitivity search
-(cuvil_mlir/accuracy.py), and `cuvil accuracy`."""
+(cuvil_mlir/eval/accuracy.py), and `cuvil accuracy`."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import torch.nn as nn
 
 import cuvil_mlir
 import models
-from cuvil_mlir import accuracy, precision
+from cuvil_mlir.compiler import precision
+from cuvil_mlir.eval import accuracy
 from cuvil_mlir.cli import main
-from cuvil_mlir.pipeline import Options, compile_program
+from cuvil_mlir.compiler.pipeline import Options, compile_program
 
 BUDGETS = precision.BUDGETS  # fp16 1e-2, bf16 5e-2: max |err| / max |ref| against fp32 eager
 

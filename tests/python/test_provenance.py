@@ -61,9 +61,9 @@ def test_sites_name_the_modules_each_pattern_fired_in(tmp_path):
 
 def test_ops_outside_leaf_modules_get_their_own_module_path():
     """torch-mlir would give a node without a stack trace the previous op's location."""
-    from cuvil_mlir.context import make_context
-    from cuvil_mlir.diagnostics import location_text, module_path
-    from cuvil_mlir.importers import fx
+    from cuvil_mlir.compiler.context import make_context
+    from cuvil_mlir.core.diagnostics import location_text, module_path
+    from cuvil_mlir.compiler.importers import fx
 
     module = fx.import_program(fx.to_exported_program(Stack(depth=2).eval(), (torch.randn(2, 16),)), make_context())
     paths: dict[str, set] = {}

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import cuvil_mlir
-from cuvil_mlir import precision
-from cuvil_mlir.calibration import Calibration
-from cuvil_mlir.context import make_context
-from cuvil_mlir.ir import parse_module
-from cuvil_mlir.lowering import raise_pt2e_quant
-from cuvil_mlir.pipeline import Options, compile_program
+from cuvil_mlir.compiler import precision
+from cuvil_mlir.compiler.calibration import Calibration
+from cuvil_mlir.compiler.context import make_context
+from cuvil_mlir.core.ir import parse_module
+from cuvil_mlir.lowering.raising import raise_pt2e_quant
+from cuvil_mlir.compiler.pipeline import Options, compile_program
 from cuvil_mlir.targets import iree, parse_targets
 from models import MLP, SmallCNN, gpt2
 
@@ -210,7 +210,7 @@ def test_int8_needs_a_calibration(mlp):
     model, x = mlp
     with pytest.raises(cuvil_mlir.CuvilError, match="needs activation ranges"):
         cuvil_mlir.compile(model, (x,), precision="int8")
-    with pytest.raises(cuvil_mlir.CuvilError, match="must be a cuvil_mlir.calibration.Calibration"):
+    with pytest.raises(cuvil_mlir.CuvilError, match="must be a cuvil_mlir.compiler.calibration.Calibration"):
         cuvil_mlir.compile(model, (x,), precision="int8", calibration={"ranges": []})
 
 

@@ -17,13 +17,13 @@ import pytest
 import torch
 
 import cuvil_mlir
-from cuvil_mlir import package
-from cuvil_mlir.compiled import TargetFallbackWarning
-from cuvil_mlir.context import make_context
-from cuvil_mlir.diagnostics import CuvilError, InputError, RuntimeFailure
-from cuvil_mlir.ir import parse_module
-from cuvil_mlir.package import PackagedModule
-from cuvil_mlir.runtime import Session, available_devices, probe_drivers
+from cuvil_mlir.runtime import package
+from cuvil_mlir.runtime.compiled import TargetFallbackWarning
+from cuvil_mlir.compiler.context import make_context
+from cuvil_mlir.core.diagnostics import CuvilError, InputError, RuntimeFailure
+from cuvil_mlir.core.ir import parse_module
+from cuvil_mlir.runtime.package import PackagedModule
+from cuvil_mlir.runtime.session import Session, available_devices, probe_drivers
 from cuvil_mlir.targets import iree, parse_target
 
 AARCH64_FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
@@ -116,7 +116,7 @@ def test_every_driver_has_devices_or_a_reason():
 
 def test_driver_without_device_reads_as_absent_with_reason():
     """The Vulkan driver is built in; with no ICD to load it has no device."""
-    code = ("from cuvil_mlir.runtime import available_devices, probe_drivers\n"
+    code = ("from cuvil_mlir.runtime.session import available_devices, probe_drivers\n"
             "s = probe_drivers()['vulkan']\n"
             "print('absent' if 'vulkan' not in available_devices() else 'present', s.reason)\n")
     env = {"VK_ICD_FILENAMES": "/nonexistent/icd.json", "VK_DRIVER_FILES": "/nonexistent/icd.json", "PATH": "/usr/bin:/bin"}

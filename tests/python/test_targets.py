@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 import cuvil_mlir
-from cuvil_mlir.context import make_context
-from cuvil_mlir.diagnostics import CompileError, CuvilError
-from cuvil_mlir.ir import parse_module
+from cuvil_mlir.compiler.context import make_context
+from cuvil_mlir.core.diagnostics import CompileError, CuvilError
+from cuvil_mlir.core.ir import parse_module
 from cuvil_mlir.targets import KINDS, cuda, describe_targets, iree, parse_target, parse_targets, rocm, vulkan
 from cuvil_mlir.targets.cuda import CudaTarget
 from cuvil_mlir.targets.rocm import RocmTarget

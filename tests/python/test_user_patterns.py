@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import cuvil_mlir
-from cuvil_mlir.passes import load_pattern_file
+from cuvil_mlir.core.passes import load_pattern_file
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ import torch
 
 import cuvil_mlir
 import models
-from cuvil_mlir.runtime import Session, probe_drivers
+from cuvil_mlir.runtime.session import Session, probe_drivers
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def run_on_vulkan(model, args, target):
     """Compile for ``target`` and call it; it must run on Vulkan, not fall back."""
     compiled = cuvil_mlir.compile(model, args, target=target)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", cuvil_mlir.compiled.TargetFallbackWarning)
+        warnings.simplefilter("error", cuvil_mlir.runtime.compiled.TargetFallbackWarning)
         got = compiled(*args)
     assert compiled.active_target == compiled.targets[0]
     return got

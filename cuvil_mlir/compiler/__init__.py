@@ -1,0 +1,1 @@
+"""The compiler: import, the stage pipeline, precision policies and calibration."""

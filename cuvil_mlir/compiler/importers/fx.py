@@ -1,0 +1,172 @@
+"""Import PyTorch programs with torch-mlir's FX importer into a Cuvil context.
+
+Accepts an ``nn.Module`` with example args, a ``torch.export.ExportedProgram``, or the path
+of a ``.pt2`` file written by ``torch.export.save``. The ops Cuvil raises whole (linear,
+layer_norm, SDPA, activations) are kept out of the decomposition table and marked
+backend-legal so they arrive as single ops instead of primitive soups.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+import zipfile
+
+from cuvil_mlir.core.diagnostics import ImportError_, require_file
+from cuvil_mlir.core.ir import elements_attr, ir
+from cuvil_mlir.core.tensor_types import TORCH_TO_MLIR
+
+# aten ops kept whole through import (raise patterns and IREE's torch input know them).
+KEPT_OPS = (
+    "linear", "layer_norm", "rms_norm", "scaled_dot_product_attention", "gelu", "silu",
+)
+
+
+def load_exported_program(path: str | os.PathLike):
+    import torch
+
+    path = require_file(path, "model file")
+    if not zipfile.is_zipfile(path):
+        raise ImportError_(f"{path} is not a model: expected a .pt2 archive written by torch.export.save")
+    try:
+        return torch.export.load(str(path))
+    except Exception as e:
+        raise ImportError_(f"{path} is not a loadable torch.export program: {type(e).__name__}: {e}") from e
+
+
+def _decomposition_table(kept_ops=KEPT_OPS):
+    import torch
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    kept = {getattr(torch.ops.aten, name) for name in kept_ops if hasattr(torch.ops.aten, name)}
+    return {op: fn for op, fn in get_decomposition_table().items() if getattr(op, "overloadpacket", None) not in kept}
+
+
+def to_exported_program(model, args=(), kwargs=None, dynamic_shapes=None):
+    """Normalize the accepted model forms to an ExportedProgram."""
+    import torch
+
+    if isinstance(model, (str, os.PathLike)):
+        return load_exported_program(model)
+    if isinstance(model, torch.export.ExportedProgram):
+        return model
+    if isinstance(model, torch.nn.Module):
+        args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+        try:
+            return torch.export.export(model, args, kwargs or {}, dynamic_shapes=dynamic_shapes, strict=False)
+        except Exception as e:
+            raise ImportError_(f"torch.export failed for {type(model).__name__}: {type(e).__name__}: {_short(e)}") from e
+    raise ImportError_(
+        f"cannot compile a {type(model).__name__}: expected an nn.Module with example args, "
+        "a torch.export.ExportedProgram, or the path of a .pt2 file"
+    )
+
+
+def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS) -> ir.Module:
+    """ExportedProgram -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
+
+    ``kept_ops=()`` is torch-mlir's own import: its default decompositions and backend-legal
+    ops, nothing kept whole (the plain-IREE baseline of the comparison harness)."""
+    from torch_mlir import fx
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecation noise
+            program = _with_non_persistent_buffers(program.run_decompositions(_decomposition_table(kept_ops)))
+            return fx.export_and_import(
+                program,
+                output_type="torch",
+                fx_importer=_with_module_paths(FxImporter(context=ctx, hooks=_readable_weights_hooks())),
+                decomposition_table={},  # already decomposed above
+                backend_legal_ops=[f"aten.{name}" for name in kept_ops] or None,  # None: torch-mlir's defaults
+                func_name=func_name,
+            )
+    except Exception as e:
+        raise ImportError_(f"torch-mlir could not import the program: {type(e).__name__}: {_short(e)}") from e
+
+
+def _with_module_paths(importer):
+    """Name every op's location after the nn.Module it came from (``layers.0.attn.q_proj``):
+    torch-mlir's locations are only the Python stack's files and lines. The name is what the
+    package's provenance, error messages and per-module precision options (``keep_paths``)
+    read (cuvil_mlir.core.diagnostics.module_path). torch-mlir keeps its per-context cache in
+    ``_cc``; without it the import goes on with torch-mlir's own locations."""
+    from torch_mlir.extras.fx_importer import ContextCache
+
+    cache = getattr(importer, "_cc", None)
+    if not isinstance(cache, ContextCache):
+        return importer
+
+    class NamedLocations(ContextCache):
+        def get_node_location(self, node):
+            loc = super().get_node_location(node)
+            if node.op in ("placeholder", "output", "get_attr"):
+                return loc
+            path = _module_path(node)
+            # torch-mlir keeps the previous op's location for a node without one (most
+            # nodes outside nn.Linear-like leaf modules): give each node its own
+            if loc is None:
+                loc = ir.Location.unknown(context=self._c)
+            return ir.Location.name(path, childLoc=loc, context=self._c) if path else loc
+
+    importer._cc = NamedLocations(importer._c, py_attr_tracker=cache._py_attr_tracker)
+    return importer
+
+
+def _module_path(node) -> str:
+    """The innermost module of ``node``'s nn_module_stack, as a dotted attribute path."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    # torch.export writes L['self'].layers[0].attn or layers.0.attn depending on the version
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    return re.sub(r"\[(\d+)\]", r".\1", re.sub(r"\['([^']+)'\]", r".\1", path)).strip(".")
+
+
+def _readable_weights_hooks():
+    """Importer hooks that store every tensor literal as a DenseElementsAttr. torch-mlir's
+    default is a dense_resource blob, whose data the Python bindings cannot read back;
+    passes need to read weights (to fold BN into a conv, concatenate Q/K/V, convert to fp16,
+    quantize). Same bytes in the bytecode, same IR for IREE."""
+    import numpy as np
+    import torch
+    from torch_mlir.extras.fx_importer import FxImporterHooks
+
+    class ReadableWeights(FxImporterHooks):
+        def resolve_literal(self, gni, literal, info):
+            if not isinstance(literal, torch.Tensor) or literal.numel() <= 1 or literal.is_sparse:
+                return None  # scalars: torch-mlir makes splats already
+            dtype = TORCH_TO_MLIR.get(str(literal.dtype).removeprefix("torch."))
+            if dtype is None:
+                return None  # complex, fp8, ...: torch-mlir's default path
+            data = literal.detach().cpu()
+            array = data.float().numpy() if data.dtype == torch.bfloat16 else data.numpy()
+            vtype = gni._cc.tensor_to_vtensor_type(literal)
+            with gni._cc._c:
+                op = ir.Operation.create("torch.vtensor.literal", results=[vtype],
+                                         attributes={"value": elements_attr(np.ascontiguousarray(array), dtype)})
+            return op.result
+
+    return ReadableWeights()
+
+
+def _with_non_persistent_buffers(program):
+    """torch.export keeps non-persistent buffers (BERT's position ids, Llama's rotary
+    frequencies) in ``program.constants``, but torch-mlir's frozen import looks for every
+    buffer in ``state_dict`` ("Could not find state mapping for buffer"). Give the
+    importer a state dict that has them. ``program`` is our own decomposed copy, so the
+    user's program is not modified."""
+    buffers = program.graph_signature.inputs_to_buffers.values()
+    missing = {name: program.constants[name] for name in buffers
+               if name not in program.state_dict and name in program.constants}
+    if missing:
+        program._state_dict = {**program.state_dict, **missing}
+    return program
+
+
+def _short(e: Exception, limit: int = 600) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[:limit] + " ..."

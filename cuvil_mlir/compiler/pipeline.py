@@ -1,0 +1,246 @@
+"""The compile pipeline: one straight function of named stages.
+
+    import (torch-mlir FX importer)          -> stage "torch"
+    the target's stages, in order:
+        raise torch ops to Cuvil ops         -> stage "cuvil"
+        fuse Cuvil ops (conv+BN, norms, attention, epilogues, gated FFN, horizontal)
+                                             -> stage "fused"
+        the precision policy's passes        -> stage "precision"
+        lower Cuvil ops back to torch ops,
+        check no Cuvil op is left            -> stage "lowered"
+    hand-off + IREE compile (targets/iree.py) -> the vmfb
+
+``emit=<stage>`` stops after that stage and returns its IR text.
+
+``compile_plain_iree`` is the baseline without Cuvil (torch-mlir's own import straight into
+IREE), for A/B comparisons (cuvil_mlir/eval/harness.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from cuvil_mlir.compiler import precision
+from cuvil_mlir.compiler.calibration import Calibration
+from cuvil_mlir.core.versions import versions
+from cuvil_mlir.runtime.compiled import CompiledModel
+from cuvil_mlir.compiler.context import make_context
+from cuvil_mlir.core.diagnostics import CompileError, CuvilError
+from cuvil_mlir.compiler.importers import fx
+from cuvil_mlir.core.ir import module_to_bytecode, module_to_text, parse_module
+from cuvil_mlir.lowering import builtin_registry
+from cuvil_mlir.runtime.package import PackagedModule
+from cuvil_mlir.core.passes import Pass, parse_pass_spec, run_pipeline
+from cuvil_mlir.core.patterns import PatternSet
+from cuvil_mlir.core.stages import Stage
+from cuvil_mlir.runtime.signature import signature_of
+from cuvil_mlir.targets import iree, parse_targets
+
+IMPORT_STAGE = Stage.TORCH
+
+
+@dataclass
+class Options:
+    target: str = "cpu"
+    opt_level: int = 3
+    patterns: tuple[PatternSet, ...] = ()  # user pattern sets, run in the "cuvil" stage after raising
+    disabled_passes: tuple[str, ...] = ()  # passes to skip, built-in or user PatternSets (for A/B comparisons)
+    disabled_patterns: tuple[str, ...] = ()  # single patterns to drop: "pass/pattern", or "pattern" when unambiguous
+    precision: str = "fp32"  # a policy of cuvil_mlir/compiler/precision.py: fp32, fp16, bf16, int8-weight, int4-weight, int8
+    calibration: Calibration | None = None  # activation ranges for precision="int8" (cuvil_mlir.calibrate)
+
+
+@dataclass
+class Emitted:
+    stage: str
+    text: str
+
+
+def stage_names(target_spec: str = "cpu") -> list[str]:
+    target = parse_targets(target_spec)[0]
+    return [IMPORT_STAGE, *[name for name, _ in target.stages], "vmfb"]
+
+
+def compile_program(model, args=(), options: Options | None = None, *, emit: str | None = None, elide_weights: bool = True):
+    """Run the pipeline; returns a CompiledModel (one module per target, in the order
+    given), or an Emitted when ``emit`` names a stage (of the first target)."""
+    options = options or Options()
+    targets = parse_targets(options.target, opt_level=options.opt_level)
+    check_disabled(options)
+    precision.stage_passes(options.precision, options.calibration)  # a bad policy fails before the import
+    valid = stage_names(options.target)
+    if emit is not None and emit not in valid[:-1]:
+        raise CuvilError(f"unknown stage '{emit}'; stages: {', '.join(valid[:-1])}")
+
+    # import: torch-mlir's FX importer -> torch dialect (value semantics, weights as literals)
+    start = time.perf_counter()
+    program = fx.to_exported_program(model, args)
+    ctx = make_context()
+    module = fx.import_program(program, ctx)
+    signature = signature_of(module)
+    import_seconds = time.perf_counter() - start
+    if emit == IMPORT_STAGE:
+        return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
+    imported = module_to_bytecode(module)
+
+    # per target: its stages on a fresh copy of the imported module, then IREE
+    built = []
+    for target in targets:
+        result = _compile_for_target(target, imported, ctx, options, emit, elide_weights)
+        if isinstance(result, Emitted):
+            return result
+        built.append(result)
+
+    return CompiledModel([b.module for b in built], _metadata(signature, built, options, import_seconds))
+
+
+def compile_plain_iree(model, args=(), options: Options | None = None) -> CompiledModel:
+    """The baseline without Cuvil: torch-mlir's FX import with its default decompositions,
+    straight into IREE with each target's flags. No Cuvil pass runs (``patterns`` and the
+    disabled lists of ``options`` do not apply); ``patterns_fired`` is empty."""
+    options = options or Options()
+    targets = parse_targets(options.target, opt_level=options.opt_level)
+    start = time.perf_counter()
+    program = fx.to_exported_program(model, args)
+    module = fx.import_program(program, make_context(), kept_ops=())
+    signature = signature_of(module)
+    import_seconds = time.perf_counter() - start
+
+    built = []
+    for target in targets:
+        start = time.perf_counter()
+        flags = target.iree_flags()
+        vmfb = iree.compile_to_vmfb(module, flags)
+        seconds = {"iree-compile": round(time.perf_counter() - start, 4)}
+        built.append(_Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, (), {}, target.requirements()), {}, seconds))
+    return CompiledModel([b.module for b in built], {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"})
+
+
+def _metadata(signature, built: list["_Built"], options: Options, import_seconds: float) -> dict:
+    first = built[0]
+    return {
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "function": "main",
+        "signature": (first.signature or signature).to_json(),
+        "target": first.module.target,
+        "targets": [b.module.target for b in built],
+        "opt_level": options.opt_level,
+        "precision": precision.parse_policy(options.precision).spec,
+        "patterns_fired": first.fired,
+        "pattern_sites": first.sites,
+        "compile_seconds": {IMPORT_STAGE: round(import_seconds, 4), **first.seconds},
+        "versions": versions(("cuvil-mlir", "torch-mlir", "iree-base-compiler", "iree-base-runtime", "torch")),
+    }
+
+
+@dataclass
+class _Built:
+    module: PackagedModule
+    fired: dict[str, dict[str, int]]
+    seconds: dict[str, float]
+    sites: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # pass -> pattern -> module path -> n
+    signature: object = None  # read after the stages (a precision policy may narrow the I/O); None: the import's
+
+
+def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, elide_weights):
+    """Run the target's stages and IREE; on an IREE failure retry with the target's
+    fallback stage lists (skipping any that lower to the same IR)."""
+    failures: list[tuple[tuple, CompileError]] = []
+    tried: set[bytes] = set()
+    for stages in target.variants():
+        module = parse_module(imported, ctx)
+        fired: dict[str, Counter] = {}
+        seconds: dict[str, float] = {}
+        for stage, pass_specs in stages:
+            start = time.perf_counter()
+            fired.update(run_pipeline(module, _stage_passes(stage, pass_specs, options)))
+            seconds[stage] = round(time.perf_counter() - start, 4)
+            if emit == stage:
+                return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
+        signature = signature_of(module)
+        lowered = module_to_bytecode(module)
+        if lowered in tried:
+            continue
+        tried.add(lowered)
+
+        # hand-off to IREE: bytecode across the seam, compiled with the target's flags (and
+        # the precision policy's: quantized weights must not be expanded at compile time)
+        start = time.perf_counter()
+        flags = [*target.iree_flags(), *precision.iree_flags(options.precision)]
+        try:
+            vmfb = iree.compile_to_vmfb(module, flags)
+        except CompileError as e:
+            failures.append((stages, e))
+            continue
+        seconds["iree-compile"] = round(time.perf_counter() - start, 4)
+        passes = tuple(p for _, specs in stages for p in specs)
+        fired_json = {name: dict(c) for name, c in fired.items() if c}
+        sites = {name: {p: dict(where) for p, where in getattr(c, "sites", {}).items()} for name, c in fired.items() if c}
+        module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements())
+        return _Built(module, fired_json, seconds, sites, signature)
+    raise _all_failed(target, failures)
+
+
+def _all_failed(target, failures) -> CompileError:
+    if len(failures) == 1:
+        return failures[0][1]
+    lines = [f"IREE failed to compile for target '{target.spec}' with every lowering tried:"]
+    for stages, e in failures:
+        passes = ", ".join(p for _, specs in stages for p in specs)
+        lines.append(f"  [{passes}] {e.message}")
+    return CompileError("\n".join(lines), repro=failures[0][1].repro)
+
+
+def _stage_passes(stage: str, pass_specs, options: Options) -> list[Pass]:
+    registry = builtin_registry()
+    passes = [registry.get(spec) for spec in pass_specs if parse_pass_spec(spec)[0] not in options.disabled_passes]
+    if stage == Stage.CUVIL:
+        passes += [p for p in options.patterns if p.name not in options.disabled_passes]
+    if stage == Stage.PRECISION:
+        passes += [p for p in precision.stage_passes(options.precision, options.calibration) if p.name not in options.disabled_passes]
+    return [_without_patterns(p, options.disabled_patterns) for p in passes]
+
+
+def _without_patterns(p: Pass, disabled: tuple[str, ...]) -> Pass:
+    """``p`` less the disabled patterns it holds (``check_disabled`` resolved the names)."""
+    if not isinstance(p, PatternSet):
+        return p
+    mine = {pat.name for pat in p.patterns}
+    drop = [name for owner, _, name in (d.rpartition("/") for d in disabled) if name in mine and owner in ("", p.name)]
+    return p.without(*drop) if drop else p
+
+
+def pass_patterns(user_patterns=()) -> dict[str, list[str]]:
+    """Every pass a pipeline may run (built-in, then the user's PatternSets) -> its pattern
+    names (empty for a pass that is not a pattern set)."""
+    registry = builtin_registry()
+    out = {}
+    for name in registry.names():
+        p = registry.get(name)  # a configurable pass, with its default options
+        out[name] = [pat.name for pat in p.patterns] if isinstance(p, PatternSet) else []
+    for p in user_patterns:
+        out[p.name] = [pat.name for pat in p.patterns]
+    return out
+
+
+def check_disabled(options: Options) -> None:
+    """A disabled pass or pattern that does not exist would silently measure the default:
+    fail instead, listing the valid names. A bare pattern name must name one pass's pattern."""
+    known = pass_patterns(options.patterns)
+    for name in options.disabled_passes:
+        if name not in known:
+            raise CuvilError(f"cannot disable pass '{name}': no such pass; passes: {', '.join(known)}")
+    for spec in options.disabled_patterns:
+        owner, _, name = spec.rpartition("/")
+        owners = [p for p, pats in known.items() if name in pats and owner in ("", p)]
+        if not owners:
+            valid = ", ".join(f"{p}/{pat}" for p, pats in known.items() for pat in pats)
+            raise CuvilError(f"cannot disable pattern '{spec}': no such pattern; patterns: {valid}")
+        if len(owners) > 1:
+            raise CuvilError(f"pattern '{spec}' is in several passes ({', '.join(owners)}); "
+                             f"name one: {', '.join(f'{p}/{name}' for p in owners)}")
+
+

@@ -1,0 +1,369 @@
+"""The pattern-authoring adapter: rewrite patterns as small Python functions.
+
+A pattern is ``fn(op, rewriter) -> replacement | None``: return ``None`` when the op does
+not match (the IR is untouched), else the value (or list of values) that replaces the
+op's results. Match fully before building anything. The adapter hides the upstream
+conventions: the upstream callback returns truthy for "no match", new ops must be
+built under ``rewriter.ip``, and a pattern set needs a live context when frozen::
+
+    patterns = PatternSet("fuse-linear-epilogue")
+
+    @patterns.add("torch.aten.gelu")
+    def gelu_into_linear(op, rewriter):
+        \"\"\"gelu(cuvil.linear(x, w, b)) -> cuvil.linear(x, w, b) {activation = "gelu"}\"\"\"
+        lin = defining_op(op.operands[0], "cuvil.linear")
+        if lin is None or ...:
+            return None
+        return build_linear(...)
+
+Matcher helpers below are pure reads of the IR; builder helpers create torch ops at the
+current insertion point.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from cuvil_mlir.core.diagnostics import location_text, module_path
+from cuvil_mlir.core.ir import elements_array, elements_attr, ir, rewrite
+from cuvil_mlir.core.tensor_types import TensorInfo, tensor_info, vtensor_type_text
+
+PatternFn = Callable[[object, object], object]
+
+
+@dataclass
+class Pattern:
+    name: str
+    root: str
+    fn: PatternFn
+    benefit: int = 1
+
+    @property
+    def rewrite_doc(self) -> str:
+        return (self.fn.__doc__ or "").strip().splitlines()[0] if self.fn.__doc__ else ""
+
+
+@dataclass
+class Example:
+    """A program for the differential checker (cuvil_mlir.eval.testing.check_pattern).
+
+    ``build(rng)`` takes a ``numpy.random.Generator`` and returns ``(program, args)``: a torch
+    callable or ``nn.Module`` and example tensors, with shapes drawn from ``rng`` (edge sizes
+    included). With ``matches=True`` the pattern must fire on the imported program and leave
+    its numerics unchanged; with ``matches=False`` (a near miss) it must leave the IR untouched.
+    A lossy rewrite (quantization, demotion) declares ``rtol``, the relative error it may add."""
+
+    pattern: str
+    build: Callable
+    matches: bool = True
+    name: str = ""
+    rtol: float | None = None
+
+
+@dataclass
+class PatternSet:
+    """A named set of patterns; it is also a pass (its name is the pass name)."""
+
+    name: str
+    patterns: list[Pattern] = field(default_factory=list)
+    description: str = ""
+    examples: list[Example] = field(default_factory=list)
+
+    def example(self, pattern: str, *, matches: bool = True, rtol: float | None = None):
+        """Decorator: register ``build(rng) -> (program, args)`` as an example of ``pattern``
+        (``matches=False``: a near miss it must not rewrite; ``rtol``: the error a lossy rewrite
+        may add). Every built-in pattern has at least one matching example; the checker runs
+        them all in CI."""
+
+        def decorate(build: Callable) -> Callable:
+            self.examples.append(Example(pattern, build, matches, build.__name__, rtol))
+            return build
+
+        return decorate
+
+    def only(self, *pattern_names: str) -> "PatternSet":
+        """The set reduced to ``pattern_names`` (same pass name)."""
+        unknown = set(pattern_names) - {p.name for p in self.patterns}
+        if unknown:
+            raise KeyError(f"pattern set '{self.name}' has no pattern(s) {sorted(unknown)}")
+        return PatternSet(self.name, [p for p in self.patterns if p.name in pattern_names], self.description, self.examples)
+
+    def add(self, root: str, *, benefit: int = 1, name: str | None = None):
+        """Decorator: register ``fn`` as a pattern rooted at op name ``root``."""
+
+        def decorate(fn: PatternFn) -> PatternFn:
+            self.patterns.append(Pattern(name or fn.__name__, root, fn, benefit))
+            return fn
+
+        return decorate
+
+    def __add__(self, other: "PatternSet") -> "PatternSet":
+        return PatternSet(f"{self.name}+{other.name}", self.patterns + other.patterns, examples=self.examples + other.examples)
+
+    def without(self, *pattern_names: str) -> "PatternSet":
+        unknown = set(pattern_names) - {p.name for p in self.patterns}
+        if unknown:
+            raise KeyError(f"pattern set '{self.name}' has no pattern(s) {sorted(unknown)}")
+        kept = [p for p in self.patterns if p.name not in pattern_names]
+        return PatternSet(self.name, kept, self.description, self.examples)
+
+    def apply(self, module: ir.Module, *, max_iterations: int = 20) -> "Firings":
+        """Apply greedily (with folding) to ``module``; returns how often each pattern fired
+        (and where: ``.sites``)."""
+        fired = Firings()
+        with module.context:
+            rps = rewrite.RewritePatternSet()
+            for pattern in self.patterns:
+                rps.add(pattern.root, _adapt(pattern, fired), benefit=pattern.benefit)
+            config = rewrite.GreedyRewriteConfig()
+            config.max_iterations = max_iterations
+            rewrite.apply_patterns_and_fold_greedily(module, rps.freeze(), config)
+        return fired
+
+
+class Firings(Counter):
+    """How often each pattern of a pass fired; ``sites[pattern][module path]`` says where (the
+    nn.Module the rewritten op came from, "" for the model's own forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sites: dict[str, Counter] = {}
+
+    def record(self, pattern: str, loc) -> None:
+        self[pattern] += 1
+        self.sites.setdefault(pattern, Counter())[module_path(loc)] += 1
+
+
+class PatternFailure(Exception):
+    """An exception escaped a pattern; carries the pattern and the op it was matching."""
+
+    def __init__(self, pattern: Pattern, op_text: str, location: str, cause: BaseException):
+        super().__init__(f"pattern '{pattern.name}' raised {type(cause).__name__}: {cause} while matching {op_text} at {location}")
+        self.pattern = pattern
+        self.cause = cause
+
+
+def _adapt(pattern: Pattern, fired: Firings):
+    def callback(op, rewriter) -> bool:
+        try:
+            with rewriter.ip, op.location:
+                replacement = pattern.fn(op, rewriter)
+        except PatternFailure:
+            raise
+        except Exception as e:  # surface where it happened, not a bare binding traceback
+            raise PatternFailure(pattern, op.operation.name, location_text(op.location), e) from e
+        if replacement is None:
+            return True  # upstream convention: truthy = no match
+        values = list(replacement) if isinstance(replacement, (list, tuple)) else [replacement]
+        values = [v.result if isinstance(v, ir.OpView) else v for v in values]
+        producers = [defining_op(v) for v in op.operands]
+        made = defining_op(values[0]) if values else None
+        loc = made.location if made is not None else op.location  # where the replacement says it is
+        rewriter.replace_op(op, values)
+        _erase_dead(rewriter, producers)
+        fired.record(pattern.name, loc)
+        return False
+
+    return callback
+
+
+def _is_value_semantic(op) -> bool:
+    """A torch/cuvil op that only computes values (no mutation, no side effects)."""
+    name = op.operation.name
+    if name.startswith("torch.runtime.") or name.endswith("_") or "overwrite" in name or name == "torch.prim.Print":
+        return False
+    if not (name.startswith(("torch.aten.", "torch.prim.", "torch.prims.", "torch.constant.", "torch.vtensor.", "cuvil."))):
+        return False
+    return all(not str(r.type).startswith("!torch.tensor") for r in op.results)
+
+
+def _erase_dead(rewriter, producers) -> None:
+    """Erase producers the rewrite left unused. MLIR's driver only erases ops it knows are
+    side-effect free, and torch ops do not declare that, so a pattern that consumes a chain
+    (e.g. ``mul(l, sigmoid(l))``) would otherwise leave the chain behind."""
+    work = []
+    for p in producers:  # an op may feed several operands: visit it once
+        if p is not None and p not in work:
+            work.append(p)
+    while work:
+        op = work.pop()
+        if not _is_value_semantic(op) or any(num_uses(r) for r in op.results):
+            continue
+        operands = [defining_op(v) for v in op.operands]
+        rewriter.erase_op(op)
+        work.extend(p for p in operands if p is not None and p not in work)
+
+
+# ---------------------------------------------------------------------------------------
+# Matchers: pure reads of the IR.
+
+
+def op_name(op) -> str:
+    return op.operation.name if op is not None else ""
+
+
+def defining_op(value, name: str | Sequence[str] | None = None):
+    """The op that defines ``value`` (as its OpView), if it is named ``name``; else None."""
+    owner = value.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)):
+        return None  # a block argument
+    view = owner.opview if isinstance(owner, ir.Operation) else owner
+    if name is None:
+        return view
+    names = (name,) if isinstance(name, str) else tuple(name)
+    return view if view.operation.name in names else None
+
+
+def num_uses(value) -> int:
+    return sum(1 for _ in value.uses)
+
+
+def has_one_use(value) -> bool:
+    return num_uses(value) == 1
+
+
+def info(value) -> TensorInfo | None:
+    """Shape and dtype of a ``!torch.vtensor`` value (None for other types)."""
+    return tensor_info(value.type)
+
+
+def is_none(value) -> bool:
+    return str(value.type) == "!torch.none"
+
+
+def const_int(value) -> int | None:
+    op = defining_op(value, "torch.constant.int")
+    return ir.IntegerAttr(op.attributes["value"]).value if op is not None else None
+
+
+def const_float(value) -> float | None:
+    """A torch float or int constant as a Python float."""
+    op = defining_op(value, ("torch.constant.float", "torch.constant.int"))
+    if op is None:
+        return None
+    attr = op.attributes["value"]
+    return ir.FloatAttr(attr).value if op.operation.name == "torch.constant.float" else float(ir.IntegerAttr(attr).value)
+
+
+def const_bool(value) -> bool | None:
+    op = defining_op(value, "torch.constant.bool")
+    return ir.BoolAttr(op.attributes["value"]).value if op is not None else None
+
+
+def const_str(value) -> str | None:
+    op = defining_op(value, "torch.constant.str")
+    return ir.StringAttr(op.attributes["value"]).value if op is not None else None
+
+
+def const_int_list(value) -> list[int] | None:
+    """Values of a ``torch.prim.ListConstruct`` of int constants."""
+    op = defining_op(value, "torch.prim.ListConstruct")
+    if op is None:
+        return None
+    items = [const_int(v) for v in op.operands]
+    return None if any(i is None for i in items) else items
+
+
+def is_constant_tensor(value) -> bool:
+    """A weight-like constant: a literal, possibly seen through transposes and dtype casts."""
+    op = defining_op(value)
+    while op is not None and op.operation.name in _VIEW_LIKE:
+        op = defining_op(op.operands[0])
+    return op is not None and op.operation.name == "torch.vtensor.literal"
+
+
+_VIEW_LIKE = ("torch.aten.permute", "torch.aten.t", "torch.aten.transpose.int", "torch.prims.convert_element_type",
+              "torch.aten.to.dtype", "torch.aten.mul.Scalar")
+
+
+def transposed_2d_source(value):
+    """If ``value`` is a 2-D transpose of X (permute [1,0], t, transpose 0 1), return X."""
+    op = defining_op(value, ("torch.aten.permute", "torch.aten.t", "torch.aten.transpose.int"))
+    if op is None or info(op.operands[0]) is None or info(op.operands[0]).rank != 2:
+        return None
+    name = op.operation.name
+    if name == "torch.aten.t":
+        return op.operands[0]
+    if name == "torch.aten.permute" and const_int_list(op.operands[1]) == [1, 0]:
+        return op.operands[0]
+    if name == "torch.aten.transpose.int" and {const_int(op.operands[1]) % 2, const_int(op.operands[2]) % 2} == {0, 1}:
+        return op.operands[0]
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Builders: create ops at the current insertion point (inside a pattern: before the root).
+
+
+def vtensor_type(shape: Iterable[int], dtype: str) -> ir.Type:
+    return ir.Type.parse(vtensor_type_text(tuple(shape), dtype))
+
+
+def build(name: str, operands: Sequence, result_type, attributes: dict | None = None) -> ir.Value:
+    """Create a single-result op by name (generic builder)."""
+    op = ir.Operation.create(name, results=[result_type], operands=list(operands), attributes=attributes or {})
+    return op.result
+
+
+def torch_int(v: int) -> ir.Value:
+    return build("torch.constant.int", [], ir.Type.parse("!torch.int"), {"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)})
+
+
+def torch_float(v: float) -> ir.Value:
+    return build("torch.constant.float", [], ir.Type.parse("!torch.float"), {"value": ir.FloatAttr.get(ir.F64Type.get(), v)})
+
+
+def torch_bool(v: bool) -> ir.Value:
+    return build("torch.constant.bool", [], ir.Type.parse("!torch.bool"), {"value": ir.BoolAttr.get(v)})
+
+
+def torch_str(v: str) -> ir.Value:
+    return build("torch.constant.str", [], ir.Type.parse("!torch.str"), {"value": ir.StringAttr.get(v)})
+
+
+def torch_none() -> ir.Value:
+    return build("torch.constant.none", [], ir.Type.parse("!torch.none"))
+
+
+def torch_int_list(values: Sequence[int]) -> ir.Value:
+    return build("torch.prim.ListConstruct", [torch_int(v) for v in values], ir.Type.parse("!torch.list<int>"))
+
+
+def optional_operand(value):
+    """``None`` for a ``!torch.none`` value (an absent optional tensor), else the value."""
+    return None if value is None or is_none(value) else value
+
+
+def transpose_2d(value) -> ir.Value:
+    """``aten.permute(value, [1, 0])`` of a 2-D tensor."""
+    t = info(value)
+    return build("torch.aten.permute", [value, torch_int_list([1, 0])], vtensor_type(t.shape[::-1], t.dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# Weights: read constant tensors as numpy and build new ones (folding, concatenation,
+# conversion, quantization). The importer stores weights as dense elements so they can be read.
+
+_NUMPY_TO_DTYPE = {"float32": "f32", "float16": "f16", "float64": "f64", "bfloat16": "bf16", "int64": "si64",
+                   "int32": "si32", "int16": "si16", "int8": "si8", "uint8": "ui8", "bool": "i1"}
+
+
+def literal_array(value):
+    """The numpy array of a ``torch.vtensor.literal`` value (None if ``value`` is not one, or its
+    data cannot be read)."""
+    op = defining_op(value, "torch.vtensor.literal")
+    return None if op is None else elements_array(op.attributes["value"])
+
+
+def literal(array, dtype: str | None = None) -> ir.Value:
+    """A ``torch.vtensor.literal`` holding ``array``; ``dtype`` (vtensor name: f32, f16, bf16, si8,
+    ...) defaults to the array's own."""
+    import numpy as np
+
+    array = np.asarray(array)
+    dtype = dtype or _NUMPY_TO_DTYPE.get(str(array.dtype))
+    if dtype is None:
+        raise ValueError(f"no vtensor dtype for numpy dtype {array.dtype}; pass dtype=")
+    return build("torch.vtensor.literal", [], vtensor_type(array.shape, dtype), {"value": elements_attr(array, dtype)})

@@ -1,0 +1,45 @@
+"""Inputs and outputs of a call: numpy arrays (bfloat16 through ml_dtypes, IREE's dependency:
+numpy has none) <-> torch tensors. torch is imported only when a tensor is handed in."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cuvil_mlir.core.diagnostics import InputError
+
+
+
+def to_numpy(x) -> np.ndarray:
+    """A torch tensor (any device; bfloat16 too) or array -> a contiguous numpy array."""
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(x)
+    import torch
+
+    t = x.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return np.ascontiguousarray(t.view(torch.int16).numpy().view(ml_dtypes.bfloat16))
+    return np.ascontiguousarray(t.numpy())
+
+
+def to_torch(a: np.ndarray):
+    import torch
+
+    if str(a.dtype) == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def input_arrays(inputs) -> tuple[list[np.ndarray], bool]:
+    """A call's inputs as contiguous numpy arrays, and whether any was a torch tensor."""
+    arrays, as_torch = [], False
+    for i, x in enumerate(inputs):
+        if isinstance(x, np.ndarray):
+            arrays.append(np.ascontiguousarray(x))
+        elif type(x).__module__.startswith("torch") and hasattr(x, "detach"):
+            as_torch = True
+            arrays.append(to_numpy(x))  # bfloat16 as ml_dtypes' (IREE's dependency): numpy has none
+        else:
+            raise InputError(f"input {i}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+    return arrays, as_torch

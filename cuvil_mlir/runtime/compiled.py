@@ -1,0 +1,169 @@
+"""``CompiledModel``: a compiled program you call with torch tensors or numpy arrays.
+
+A package may hold one module per target (``"cuda:sm_86,vulkan,cpu"``). Calls run on the
+first module, in preference order, whose driver has a device on this machine. When that
+module fails to load on its device, or a call fails there, the next one takes over with a
+``TargetFallbackWarning``; when none is left, ``RuntimeFailure`` lists every target and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+import numpy as np
+
+from cuvil_mlir.runtime import hostcpu, package
+from cuvil_mlir.core.diagnostics import CuvilError, RuntimeFailure
+from cuvil_mlir.runtime.arrays import input_arrays, to_torch
+from cuvil_mlir.runtime.session import Session, probe_drivers
+from cuvil_mlir.runtime.signature import Signature
+
+log = logging.getLogger("cuvil_mlir")
+
+
+class TargetFallbackWarning(RuntimeWarning):
+    """A target failed on this machine and the next one in preference order took over."""
+
+
+class CompiledModel:
+    """Call it like the original model: torch tensors in -> torch tensors out, numpy in -> numpy out.
+
+    Inputs are checked against the compiled signature (count, shape, dtype) first; an
+    ``InputError`` is the caller's mistake and never makes it try another target.
+    """
+
+    def __init__(self, modules: list[package.PackagedModule], metadata: dict, *, prefer=None):
+        self.modules = list(modules)
+        self.metadata = metadata
+        self.signature = Signature.from_json(metadata["signature"])
+        self._order = _preference_order(self.modules, prefer)
+        self._session: Session | None = None
+        self._active: package.PackagedModule | None = None
+        self._failures: dict[str, str] = {}  # target -> why it cannot run here
+
+    @property
+    def targets(self) -> list[str]:
+        """Every target the program was compiled for, in package order."""
+        return [m.target for m in self.modules]
+
+    @property
+    def target(self) -> str:
+        return self.modules[0].target
+
+    @property
+    def active_target(self) -> str | None:
+        """The target that runs calls; None until one is chosen (``select`` or the first call)."""
+        return self._active.target if self._active is not None else None
+
+    @property
+    def patterns_fired(self) -> dict[str, dict[str, int]]:
+        return self.metadata.get("patterns_fired", {})
+
+    def select(self, prefer=None) -> str:
+        """Choose, and load on its device, the module that runs calls: the first, in
+        ``prefer`` order (target specs or kinds, e.g. ``["vulkan", "cpu"]``; default: the
+        order given at construction, else the package's), whose driver has a device here.
+        Returns its target; raises ``RuntimeFailure`` when no target can run here."""
+        if prefer is not None:
+            self._order = _preference_order(self.modules, prefer)
+        self._session, self._active, self._failures = None, None, {}
+        self._start(self._runnable(), previous=None)
+        return self.active_target
+
+    def __call__(self, *inputs):
+        arrays, as_torch = input_arrays(inputs)
+        self.signature.check(arrays)
+        if self._session is None and not self._failures:
+            self.select()
+        outputs = self._invoke(self.metadata.get("function", "main"), arrays)
+        if as_torch:
+            outputs = [to_torch(o) for o in outputs]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _invoke(self, function: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        while self._session is not None:
+            try:
+                return self._session.invoke(function, arrays)
+            except RuntimeFailure as e:
+                failed = self._active
+                self._failures[failed.target] = f"a call failed: {e.message}"
+                self._session, self._active = None, None
+                self._start(self._runnable(), previous=(failed, "a call failed", e))
+        raise self._all_failed()
+
+    def _runnable(self) -> list[package.PackagedModule]:
+        """Modules in preference order that have not failed and whose driver has a device."""
+        drivers = probe_drivers()
+        out = []
+        for m in self._order:
+            if m.target in self._failures:
+                continue
+            status = drivers.get(m.driver)
+            cpu_problem = hostcpu.unmet(m.requires)
+            if cpu_problem is not None:
+                self._failures[m.target] = cpu_problem
+            elif status is None:
+                self._failures[m.target] = f"this IREE runtime has no '{m.driver}' driver"
+            elif not status.devices:
+                self._failures[m.target] = f"no '{m.driver}' device ({status.reason})"
+            else:
+                out.append(m)
+        return out
+
+    def _start(self, candidates: list[package.PackagedModule], previous) -> None:
+        """Load the first candidate that loads; warn for each target that hands over to another."""
+        for m in candidates:
+            if previous is not None:
+                failed, what, error = previous
+                warnings.warn(f"target '{failed.target}' (driver '{failed.driver}'): {what}: {error.message}; "
+                              f"falling back to target '{m.target}'", TargetFallbackWarning, stacklevel=4)
+            try:
+                self._session = Session(m.vmfb, m.driver)
+            except RuntimeFailure as e:
+                self._failures[m.target] = f"loading failed: {e.message}"
+                previous = (m, "loading failed", e)
+                continue
+            self._active = m
+            skipped = "; ".join(f"{t}: {why}" for t, why in self._failures.items())
+            log.info("running on target '%s' (driver '%s')%s", m.target, m.driver, f"; not used: {skipped}" if skipped else "")
+            return
+        raise self._all_failed()
+
+    def _all_failed(self) -> RuntimeFailure:
+        lines = [f"no target of this program can run on this machine (targets: {', '.join(t.target for t in self._order)}):"]
+        lines += [f"  {m.target}: {self._failures.get(m.target, 'not tried')}" for m in self._order]
+        return RuntimeFailure("\n".join(lines))
+
+    def save(self, path: str | os.PathLike) -> None:
+        package.write(path, self.modules, {k: v for k, v in self.metadata.items() if k != "modules"})
+
+    def __repr__(self) -> str:
+        ins = ", ".join(s.describe() for s in self.signature.inputs)
+        outs = ", ".join(s.describe() for s in self.signature.outputs)
+        return f"CompiledModel(targets={self.targets}, active={self.active_target}, ({ins}) -> ({outs}))"
+
+
+def _preference_order(modules: list[package.PackagedModule], prefer) -> list[package.PackagedModule]:
+    """The modules ``prefer`` names (a target spec matches itself, a kind every target of
+    that kind), in its order, then the rest in package order."""
+    if prefer is None:
+        return list(modules)
+    names = prefer.split(",") if isinstance(prefer, str) else list(prefer)
+    chosen: list[int] = []
+    for name in (n.strip() for n in names):
+        matches = [i for i, m in enumerate(modules) if name in (m.target, m.target.partition(":")[0])]
+        if not matches:
+            raise CuvilError(f"prefer: '{name}' names no target of this program; its targets: {', '.join(m.target for m in modules)}")
+        chosen += [i for i in matches if i not in chosen]
+    chosen += [i for i in range(len(modules)) if i not in chosen]
+    return [modules[i] for i in chosen]
+
+
+def load(path: str | os.PathLike, prefer=None) -> CompiledModel:
+    """Read a package and load it on this machine's first usable target (see ``select``)."""
+    metadata, modules = package.read(path)
+    compiled = CompiledModel(modules, metadata, prefer=prefer)
+    compiled.select()
+    return compiled

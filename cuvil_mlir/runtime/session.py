@@ -1,0 +1,203 @@
+"""The IREE runtime seam: the only module that imports ``iree.runtime``.
+
+How host arrays reach a device depends on the driver. On the local CPU drivers (and HIP)
+iree.runtime's call path imports numpy arrays. Every other driver gets device buffers
+allocated and filled by copy, and results come back through host staging buffers kept across
+calls: on CUDA that is faster than importing (HOST_IMPORT_DRIVERS), and on Vulkan importing
+host pointers is not reliable (lavapipe rejects numpy's pointers, even 4096-aligned ones, with
+"host allocation import pointer does not satisfy Vulkan minImportedHostPointerAlignment 4096").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cuvil_mlir.core.diagnostics import RuntimeFailure, one_line
+
+# Drivers whose inputs are imported as host memory, not copied. Not CUDA: measured on an H200
+# (2026-12-03, benchmarks/results/gpu-io-paths-2026-12-03.md), the copy path with the caching
+# allocator and staging buffers kept across calls takes 0.35-0.60 ms a call where importing
+# took 0.51-2.5 ms (importing pins the host pages of every input on every call). HIP is listed
+# on IREE's word (array_interop.py: "HIP/CUDA do"); not run here.
+HOST_IMPORT_DRIVERS = frozenset({"local-task", "local-sync", "hip"})
+# Drivers whose device gets IREE's caching allocator (as iree-benchmark-module's
+# --device_allocator=caching): a call allocates its inputs and results, and on a GPU an
+# uncached device allocation costs more than a small model's kernels (an fp32 block's 1 MiB
+# input: 2.1 ms a call uncached, 0.6 ms cached). Not Vulkan: lavapipe
+# rejects the caching allocator's queue allocations (INVALID_ARGUMENT, memory_type=DEVICE_LOCAL).
+CACHING_DRIVERS = frozenset({"cuda"})
+
+
+def runtime_version() -> str:
+    from importlib.metadata import version
+
+    return version("iree-base-runtime")
+
+
+def available_drivers() -> list[str]:
+    """The drivers this IREE runtime was built with (whether or not a device is present)."""
+    import iree.runtime as rt
+
+    return list(rt.query_available_drivers())
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    driver: str
+    name: str
+    path: str
+    device_id: int
+
+
+@dataclass(frozen=True)
+class DriverStatus:
+    """One driver as this machine really has it: its devices, or why it has none."""
+
+    driver: str
+    devices: tuple[DeviceInfo, ...]
+    reason: str | None = None  # set when there is no device
+
+
+def probe_drivers() -> dict[str, DriverStatus]:
+    """Create every built-in driver and list its devices. A driver that fails to load
+    (no CUDA library, no Vulkan ICD) or finds no device is reported with the reason."""
+    return {name: _probe(name) for name in available_drivers()}
+
+
+def available_devices() -> dict[str, list[DeviceInfo]]:
+    """Drivers that have at least one device on this machine -> their devices."""
+    return {name: list(s.devices) for name, s in probe_drivers().items() if s.devices}
+
+
+def _probe(driver: str) -> DriverStatus:
+    import iree.runtime as rt
+
+    try:
+        found = rt.get_driver(driver).query_available_devices()
+    except Exception as e:
+        return DriverStatus(driver, (), one_line(e))
+    devices = tuple(DeviceInfo(driver, d.get("name", ""), d.get("path", ""), int(d.get("device_id", 0))) for d in found)
+    return DriverStatus(driver, devices, None if devices else "the driver loads but finds no device")
+
+
+class Session:
+    """One compiled module loaded on one device; call ``invoke(name, arrays)``.
+
+    ``copy`` chooses how inputs reach the device: ``None`` imports host memory on the
+    drivers of HOST_IMPORT_DRIVERS and copies everywhere else; ``True`` / ``False`` force it.
+    ``allocator``: IREE's device allocator, ``caching`` (the default on CACHING_DRIVERS) or
+    ``default``.
+    """
+
+    def __init__(self, vmfb: bytes, driver: str, *, copy: bool | None = None, allocator: str | None = None):
+        import iree.runtime as rt
+
+        self.driver = driver
+        self.copies = copy if copy is not None else driver not in HOST_IMPORT_DRIVERS
+        self.allocator = allocator or ("caching" if driver in CACHING_DRIVERS else "default")
+        if self.allocator not in ("caching", "default"):
+            raise RuntimeFailure(f"unknown device allocator '{self.allocator}' (caching or default)")
+        try:
+            if self.allocator == "caching":
+                self._device = rt.get_driver(driver).create_default_device(allocators=["caching"])
+                self._config = rt.Config(device=self._device)
+            else:
+                self._config = rt.Config(driver)
+                self._device = self._config.device
+            self._ctx = rt.SystemContext(config=self._config)
+            self._vm_module = rt.VmModule.copy_buffer(self._ctx.instance, vmfb)
+            self._ctx.add_vm_module(self._vm_module)
+        except Exception as e:
+            raise RuntimeFailure(f"IREE runtime could not load the module on driver '{driver}': {one_line(e)}") from e
+        self._module = self._ctx.modules[self._vm_module.name]
+        self._invokers: dict = {}
+        self._staging: dict[int, list] = {}  # allocation size -> host staging buffers, reused across calls
+
+    def invoke(self, function: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        try:
+            if self.copies:
+                return self._invoke_copying(self._vm_function(function), arrays)
+            return self._invoke_importing(function, arrays)
+        except RuntimeFailure:
+            raise
+        except Exception as e:
+            raise RuntimeFailure(f"calling '{function}' on driver '{self.driver}' failed: {one_line(e)}") from e
+
+    def _vm_function(self, function: str):
+        vm_function = self._vm_module.lookup_function(function)
+        if vm_function is None:
+            raise RuntimeFailure(f"the module has no function '{function}'")
+        return vm_function
+
+    def _invoker(self, function: str):
+        """The runtime's call wrapper, built once per function (rebuilding it per call
+        cost tens of microseconds, a large share of a small model's latency)."""
+        if function not in self._invokers:
+            self._vm_function(function)
+            self._invokers[function] = self._module[function]
+        return self._invokers[function]
+
+    def _invoke_importing(self, function: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        result = self._invoker(function)(*arrays)
+        results = result if isinstance(result, (tuple, list)) else [result]
+        return [np.asarray(r.to_host() if hasattr(r, "to_host") else r) for r in results]
+
+    def _invoke_copying(self, vm_function, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        import iree.runtime as rt
+
+        args = rt.VmVariantList(len(arrays))
+        for a in arrays:
+            args.push_ref(self._to_device(a))
+        results = rt.VmVariantList(4)
+        self._ctx.vm_context.invoke(vm_function, args, results)
+        views = [results.get_as_object(i, rt.HalBufferView) for i in range(len(results))]
+        return self._to_host(views)
+
+    def _to_device(self, a: np.ndarray):
+        import iree.runtime as rt
+
+        element_type = rt.array_interop.map_dtype_to_element_type(a.dtype)
+        if element_type is None:
+            raise RuntimeFailure(f"the IREE runtime has no element type for numpy dtype {a.dtype}")
+        return self._device.allocator.allocate_buffer_copy(
+            memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
+            device=self._device, buffer=np.ascontiguousarray(a), element_type=element_type)
+
+    def _to_host(self, views) -> list[np.ndarray]:
+        """Device buffers -> host-visible staging buffers (copies queued in a chain, waited
+        on once) -> numpy arrays that own their memory. The staging buffers are kept for
+        the next call (allocating pinned host memory costs more than the copy)."""
+        import iree.runtime as rt
+
+        device = self._device
+        semaphore, step, staged = device.create_semaphore(0), 0, []
+        free = {size: list(buffers) for size, buffers in self._staging.items()}
+        for view in views:
+            if not view.byte_length:
+                staged.append(None)
+                continue
+            source = view.get_buffer()  # may be longer than the view; the view starts at its start
+            size = source.byte_length()
+            if free.get(size):
+                host = free[size].pop()
+            else:
+                host = device.allocator.allocate_buffer(
+                    memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,
+                    allowed_usage=rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED,
+                    allocation_size=size)
+                self._staging.setdefault(size, []).append(host)
+            device.queue_copy(source, host, wait_semaphores=rt.HalFence.create_at(semaphore, step),
+                              signal_semaphores=rt.HalFence.create_at(semaphore, step + 1))
+            staged.append(host)
+            step += 1
+        rt.HalFence.create_at(semaphore, step).wait()
+        out = []
+        for view, host in zip(views, staged):
+            dtype = rt.HalElementType.map_to_dtype(view.element_type)
+            shape = list(view.shape)
+            out.append(np.zeros(shape, dtype) if host is None else np.array(host.map().asarray(shape, dtype)))
+        return out
+
+

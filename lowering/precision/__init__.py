@@ -1,0 +1,1 @@
+"""Precision: the passes a precision policy runs (cuvil_mlir/compiler/precision.py)."""

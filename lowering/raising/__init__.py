@@ -1,0 +1,1 @@
+"""Raise: torch ops to Cuvil ops, one op to one op."""

@@ -1,0 +1,327 @@
+"""Pass ``lower-cuvil-to-torch{attention=sdpa|decomposed}``: every Cuvil op back to torch
+ops IREE's torch input compiles.
+
+``attention`` picks how ``cuvil.attention`` is lowered: ``sdpa`` (one
+``aten.scaled_dot_product_attention``, which IREE turns into its fused attention kernel)
+or ``decomposed`` (matmul, scale, mask, softmax, matmul). Which one IREE compiles depends
+on the target and shapes (see docs/targets.md), so targets try them in order.
+Test: tests/lowering/to_torch/lower-cuvil-to-torch.mlir.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.core.ir import ir
+from cuvil_mlir.core.passes import ConfigurablePass
+from cuvil_mlir.core.patterns import (
+    PatternSet, build, info, torch_bool, transpose_2d, torch_float, torch_int, torch_int_list, torch_none, torch_str, vtensor_type,
+)
+
+NAME = "lower-cuvil-to-torch"
+ATTENTION_LOWERINGS = ("sdpa", "decomposed")
+
+
+def _or_none(value):
+    return torch_none() if value is None else value
+
+
+def _activation(x, activation: str):
+    """Apply an epilogue activation as torch ops."""
+    t = x.type
+    if activation == "none":
+        return x
+    if activation in ("gelu", "gelu_tanh"):
+        return build("torch.aten.gelu", [x, torch_str("tanh" if activation == "gelu_tanh" else "none")], t)
+    if activation == "relu6":
+        return build("torch.aten.clamp", [x, torch_float(0.0), torch_float(6.0)], t)
+    return build(f"torch.aten.{activation}", [x], t)  # relu, silu, sigmoid
+
+
+def linear(op, rewriter):
+    """cuvil.linear(x, w, b) {activation} -> activation(aten.linear(x, w, b));  gated: act(y[..., :F]) * y[..., F:]"""
+    activation = cuvil.activation_of(op)
+    if activation in cuvil.GATED_ACTIVATIONS:
+        return _gated_linear(op, cuvil.GATED_ACTIVATIONS[activation])
+    y = build("torch.aten.linear", [op.input, op.weight, _or_none(op.bias)], op.result.type)
+    return _activation(y, activation)
+
+
+def _gated_linear(op, gate_activation: str):
+    """One aten.linear with 2F out features, then gate_activation(first half) * second half."""
+    t = info(op.result)
+    features, last = info(op.weight).shape[0] // 2, t.rank - 1
+    y = build("torch.aten.linear", [op.input, op.weight, _or_none(op.bias)], vtensor_type([*t.shape[:-1], 2 * features], t.dtype))
+    half = vtensor_type([*t.shape[:-1], features], t.dtype)
+    gate = build("torch.aten.slice.Tensor", [y, torch_int(last), torch_int(0), torch_int(features), torch_int(1)], half)
+    up = build("torch.aten.slice.Tensor", [y, torch_int(last), torch_int(features), torch_int(2 * features), torch_int(1)], half)
+    return build("torch.aten.mul.Tensor", [_activation(gate, gate_activation), up], op.result.type)
+
+
+def conv2d(op, rewriter):
+    """cuvil.conv2d(x, w, b) {...} -> activation(aten.convolution(x, w, b, ...))"""
+    lists = [torch_int_list(list(ir.DenseI64ArrayAttr(op.attributes[n]))) for n in ("stride", "padding", "dilation")]
+    groups = torch_int(ir.IntegerAttr(op.attributes["groups"]).value)
+    operands = [op.input, op.weight, _or_none(op.bias), *lists, torch_bool(False), torch_int_list([0, 0]), groups]
+    y = build("torch.aten.convolution", operands, op.result.type)
+    return _activation(y, cuvil.activation_of(op))
+
+
+def attention_sdpa(op, rewriter):
+    """cuvil.attention(q, k, v, mask) {scale, is_causal} -> aten.scaled_dot_product_attention"""
+    scale = ir.FloatAttr(op.attributes["scale"]).value
+    causal = ir.BoolAttr(op.attributes["is_causal"]).value
+    operands = [op.q, op.k, op.v, _or_none(op.mask), torch_float(0.0), torch_bool(causal), torch_float(scale), torch_bool(False)]
+    return build("torch.aten.scaled_dot_product_attention", operands, op.result.type)
+
+
+def norm(op, rewriter):
+    """cuvil.norm {kind = layer} -> aten.layer_norm;  {kind = rms} -> x * rsqrt(mean(x²) + eps) * w"""
+    shape = list(ir.DenseI64ArrayAttr(op.attributes["normalized_shape"]))
+    eps = ir.FloatAttr(op.attributes["eps"]).value
+    if ir.StringAttr(op.attributes["kind"]).value == "layer":
+        operands = [op.x, torch_int_list(shape), _or_none(op.weight), _or_none(op.bias), torch_float(eps), torch_bool(False)]
+        return build("torch.aten.layer_norm", operands, op.result.type)
+    return _rms_norm(op.x, op.weight, shape, eps, op.result.type)
+
+
+def _rms_norm(x, weight, shape, eps, result_type):
+    t = info(x)
+    dims = list(range(t.rank - len(shape), t.rank))
+    reduced = vtensor_type([1 if i in dims else d for i, d in enumerate(t.shape)], t.dtype)
+    squared = build("torch.aten.mul.Tensor", [x, x], x.type)
+    mean = build("torch.aten.mean.dim", [squared, torch_int_list(dims), torch_bool(True), torch_none()], reduced)
+    shifted = build("torch.aten.add.Scalar", [mean, torch_float(eps), torch_int(1)], reduced)
+    inv = build("torch.aten.rsqrt", [shifted], reduced)
+    y = build("torch.aten.mul.Tensor", [x, inv], result_type)
+    return y if weight is None else build("torch.aten.mul.Tensor", [y, weight], result_type)
+
+
+def attention_decomposed(op, rewriter):
+    """cuvil.attention(q, k, v, mask) -> matmul(softmax(matmul(q, kᵀ) · scale + mask), v)"""
+    q, k, v = info(op.q), info(op.k), info(op.v)
+    causal = ir.BoolAttr(op.attributes["is_causal"]).value
+    length, source = q.shape[-2], k.shape[-2]
+    if causal and (length < 0 or source < 0):
+        return None  # the causal mask is built with static sizes; keep the op for the sdpa lowering
+    scores_type = vtensor_type([*q.shape[:-1], source], q.dtype)
+    kt = build("torch.aten.transpose.int", [op.k, torch_int(-2), torch_int(-1)], vtensor_type([*k.shape[:-2], k.shape[-1], source], k.dtype))
+    scores = _batched_matmul(op.q, kt, scores_type)
+    scores = build("torch.aten.mul.Scalar", [scores, torch_float(ir.FloatAttr(op.attributes["scale"]).value)], scores_type)
+    if op.mask is not None:
+        scores = _apply_mask(scores, op.mask, scores_type)
+    if causal:
+        scores = build("torch.aten.where.ScalarOther", [_causal_keep_mask(length, source), scores, torch_float(float("-inf"))], scores_type)
+    probs = build("torch.aten.softmax.int", [scores, torch_int(-1), torch_none()], scores_type)
+    return _batched_matmul(probs, op.v, op.result.type)
+
+
+def _batched_matmul(a, b, result_type):
+    """a @ b as mm (2-D), bmm (3-D) or view + bmm + view (equal static batch dims; else
+    aten.matmul): IREE's CPU code for a 4-D aten.matmul was ~50x slower than for the bmm
+    (1x4x128x64 attention, 2026-12-03)."""
+    ta, tb = info(a), info(b)
+    if ta.rank == 2:
+        return build("torch.aten.mm", [a, b], result_type)
+    if ta.rank == 3:
+        return build("torch.aten.bmm", [a, b], result_type)
+    batch = ta.shape[:-2]
+    if any(d < 0 for d in batch) or tb.shape[:-2] != batch:
+        return build("torch.aten.matmul", [a, b], result_type)
+    n = int(np.prod(batch))
+    a3 = build("torch.aten.view", [a, torch_int_list([n, *ta.shape[-2:]])], vtensor_type([n, *ta.shape[-2:]], ta.dtype))
+    b3 = build("torch.aten.view", [b, torch_int_list([n, *tb.shape[-2:]])], vtensor_type([n, *tb.shape[-2:]], tb.dtype))
+    y3 = build("torch.aten.bmm", [a3, b3], vtensor_type([n, ta.shape[-2], tb.shape[-1]], ta.dtype))
+    return build("torch.aten.view", [y3, torch_int_list([*batch, ta.shape[-2], tb.shape[-1]])], result_type)
+
+
+def _causal_keep_mask(length: int, source: int):
+    """A constant [L, S] boolean mask, true on and below the diagonal (top-left aligned, as
+    torch's is_causal). A literal rather than ones+tril: tril's index arithmetic needs 64-bit
+    integers, which some Vulkan targets lack."""
+    keep = np.tril(np.ones((length, source), dtype=bool))
+    attr = ir.DenseElementsAttr.get(keep, type=ir.RankedTensorType.get([length, source], ir.IntegerType.get_signless(1)))
+    return build("torch.vtensor.literal", [], vtensor_type([length, source], "i1"), {"value": attr})
+
+
+def _apply_mask(scores, mask, scores_type):
+    """Boolean masks keep where true; float masks are added."""
+    if info(mask).dtype == "i1":
+        return build("torch.aten.where.ScalarOther", [mask, scores, torch_float(float("-inf"))], scores_type)
+    return build("torch.aten.add.Tensor", [scores, mask, torch_int(1)], scores_type)
+
+
+# ---------------------------------------------------------------------------------------
+# Static int8 (cuvil.qlinear / cuvil.qconv2d): quantize the input to si8, an integer matmul or
+# convolution with int32 accumulation, then one float multiply by input_scale * weight_scale.
+
+_TORCH_DTYPE = {"si8": 1, "si32": 3, "f16": 5, "f32": 6, "f64": 7, "bf16": 15}
+
+
+def _convert(value, dtype: str):
+    return build("torch.prims.convert_element_type", [value, torch_int(_TORCH_DTYPE[dtype])], vtensor_type(info(value).shape, dtype))
+
+
+def _quantize_input(x, scale: float, zero_point: int):
+    """si8 clamp(round(x / scale) + zero_point, -128, 127), computed in x's dtype (as PyTorch's
+    quantize_per_tensor: multiply by 1 / scale)."""
+    t = x.type
+    scaled = build("torch.aten.mul.Scalar", [x, torch_float(1.0 / scale)], t)
+    shifted = build("torch.aten.add.Scalar", [build("torch.aten.round", [scaled], t), torch_int(zero_point), torch_int(1)], t)
+    clamped = build("torch.aten.clamp", [shifted, torch_int(-128), torch_int(127)], t)
+    return _convert(clamped, "si8")
+
+
+def _rescale(acc, op, shape_of_scale):
+    """float(acc) * (input_scale * weight_scale), in f32, then the result's dtype, plus bias."""
+    scale = ir.FloatAttr(op.attributes["input_scale"]).value
+    dtype = info(op.result).dtype
+    channel = build("torch.aten.mul.Scalar", [op.weight_scale, torch_float(scale)], op.weight_scale.type)
+    channel = build("torch.aten.view", [channel, torch_int_list(shape_of_scale)], vtensor_type(shape_of_scale, "f32"))
+    y = build("torch.aten.mul.Tensor", [_convert(acc, "f32") if info(acc).dtype != "f32" else acc, channel], vtensor_type(info(acc).shape, "f32"))
+    y = y if dtype == "f32" else _convert(y, dtype)
+    if op.bias is None:
+        return y
+    bias = build("torch.aten.view", [op.bias, torch_int_list(shape_of_scale)], vtensor_type(shape_of_scale, dtype))
+    return build("torch.aten.add.Tensor", [y, bias, torch_int(1)], y.type)
+
+
+def qlinear(op, rewriter):
+    """cuvil.qlinear(x, Wq, ws, b) -> act((_int_mm(quant(x), Wqᵀ) - zp·Σₖ Wq) · sx·ws + b)"""
+    x, w = info(op.input), info(op.weight)
+    n, k = w.shape
+    zero_point = ir.IntegerAttr(op.attributes["input_zero_point"]).value
+    rows = [-1, k]
+    q = _quantize_input(op.input, ir.FloatAttr(op.attributes["input_scale"]).value, zero_point)
+    q = build("torch.aten.view", [q, torch_int_list(rows)], vtensor_type([_rows(x), k], "si8")) if x.rank != 2 else q
+    acc = build("torch.aten._int_mm", [q, transpose_2d(op.weight)], vtensor_type([_rows(x), n], "si32"))
+    acc = _convert(acc, "f32")
+    if zero_point:  # sum_k (q - zp) w = sum_k q w - zp * sum_k w
+        wsum = build("torch.aten.sum.dim_IntList", [_convert(op.weight, "si32"), torch_int_list([1]), torch_bool(False), torch_none()], vtensor_type([n], "si32"))
+        correction = build("torch.aten.mul.Scalar", [_convert(wsum, "f32"), torch_int(zero_point)], vtensor_type([n], "f32"))
+        acc = build("torch.aten.sub.Tensor", [acc, correction, torch_int(1)], acc.type)
+    y = _rescale(acc, op, [1, n])
+    full = vtensor_type([*x.shape[:-1], n], info(op.result).dtype)
+    if x.rank != 2:
+        y = build("torch.aten.view", [y, torch_int_list([d if d >= 0 else -1 for d in x.shape[:-1]] + [n])], full)
+    activation = cuvil.activation_of(op)
+    if activation not in cuvil.GATED_ACTIVATIONS:
+        return _activation(y, activation)
+    half, last = n // 2, x.rank - 1
+    half_type = op.result.type
+    gate = build("torch.aten.slice.Tensor", [y, torch_int(last), torch_int(0), torch_int(half), torch_int(1)], half_type)
+    up = build("torch.aten.slice.Tensor", [y, torch_int(last), torch_int(half), torch_int(n), torch_int(1)], half_type)
+    return build("torch.aten.mul.Tensor", [_activation(gate, cuvil.GATED_ACTIVATIONS[activation]), up], op.result.type)
+
+
+def _rows(x) -> int:
+    """Rows of x flattened to [rows, K] (-1 when a leading dim is dynamic)."""
+    lead = x.shape[:-1]
+    return -1 if any(d < 0 for d in lead) else int(np.prod(lead, dtype=np.int64))
+
+
+def qconv2d(op, rewriter):
+    """cuvil.qconv2d(x, Wq, ws, b) -> act(convolution_i32(quant(x) - zp, Wq) · sx·ws + b)"""
+    zero_point = ir.IntegerAttr(op.attributes["input_zero_point"]).value
+    q = _convert(_quantize_input(op.input, ir.FloatAttr(op.attributes["input_scale"]).value, zero_point), "si32")
+    if zero_point:  # subtract before the convolution: its zero padding then stands for a real 0
+        q = build("torch.aten.sub.Scalar", [q, torch_int(zero_point), torch_int(1)], q.type)
+    lists = [torch_int_list(list(ir.DenseI64ArrayAttr(op.attributes[n]))) for n in ("stride", "padding", "dilation")]
+    groups = torch_int(ir.IntegerAttr(op.attributes["groups"]).value)
+    y = info(op.result)
+    operands = [q, _convert(op.weight, "si32"), torch_none(), *lists, torch_bool(False), torch_int_list([0, 0]), groups]
+    acc = build("torch.aten.convolution", operands, vtensor_type(y.shape, "si32"))
+    return _activation(_rescale(acc, op, [1, info(op.weight).shape[0], 1, 1]), cuvil.activation_of(op))
+
+
+def make(attention: str = "sdpa") -> PatternSet:
+    patterns = PatternSet(NAME, description="cuvil ops -> torch ops for IREE's torch input", examples=EXAMPLES)
+    patterns.add("cuvil.linear", name="linear")(linear)
+    patterns.add("cuvil.conv2d", name="conv2d")(conv2d)
+    lower_attention = attention_sdpa if attention == "sdpa" else attention_decomposed
+    patterns.add("cuvil.attention", name="attention")(lower_attention)
+    patterns.add("cuvil.norm", name="norm")(norm)
+    patterns.add("cuvil.qlinear", name="qlinear")(qlinear)
+    patterns.add("cuvil.qconv2d", name="qconv2d")(qconv2d)
+    return patterns
+
+
+# ---------------------------------------------------------------------------------------
+# Examples for the differential checker: torch programs that reach this pass as the Cuvil op
+# (checked against PyTorch, since the lowering is what makes the Cuvil op runnable). Shared
+# by every configuration of the pass.
+
+EXAMPLES: list = []
+_examples = PatternSet(NAME, examples=EXAMPLES)
+
+
+def _dim(rng, low: int, high: int) -> int:
+    """A size in [low, high], the edges drawn as often as the inside."""
+    pick = int(rng.integers(0, 4))
+    return low if pick == 0 else high if pick == 1 else int(rng.integers(low, high + 1))
+
+
+@_examples.example("linear")
+def _linear_with_epilogue(rng):
+    import torch
+
+    d_in, d_out = _dim(rng, 1, 48), _dim(rng, 1, 40)
+    act = [torch.nn.Identity(), torch.nn.ReLU(), torch.nn.GELU(), torch.nn.SiLU()][int(rng.integers(0, 4))]
+    model = torch.nn.Sequential(torch.nn.Linear(d_in, d_out, bias=bool(rng.integers(0, 2))), act).eval()
+    return model, (torch.randn(_dim(rng, 1, 3), _dim(rng, 1, 7), d_in) * float(rng.choice([1e-3, 1.0, 30.0])),)
+
+
+@_examples.example("conv2d")
+def _conv2d(rng):
+    import torch
+
+    groups = int(rng.choice([1, 2]))
+    c_in, c_out = groups * _dim(rng, 1, 4), groups * _dim(rng, 1, 4)
+    k = int(rng.choice([1, 3]))
+    conv = torch.nn.Conv2d(c_in, c_out, k, stride=int(rng.choice([1, 2])), padding=k // 2, groups=groups)
+    model = torch.nn.Sequential(conv, torch.nn.ReLU()).eval()
+    return model, (torch.randn(1, c_in, _dim(rng, 3, 9), _dim(rng, 3, 9)),)
+
+
+@_examples.example("attention")
+def _attention(rng):
+    import torch
+
+    heads, length, source, d = _dim(rng, 1, 4), _dim(rng, 1, 9), _dim(rng, 1, 9), int(rng.choice([8, 16]))
+    causal = bool(rng.integers(0, 2)) and length == source
+    q = torch.randn(2, heads, length, d)
+    k, v = torch.randn(2, heads, source, d), torch.randn(2, heads, source, d)
+    return (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)), (q, k, v)
+
+
+@_examples.example("norm")
+def _norm(rng):
+    import torch
+
+    width = _dim(rng, 1, 64)
+    norm = torch.nn.LayerNorm(width) if rng.integers(0, 2) else torch.nn.RMSNorm(width, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.normal_()
+    return norm.eval(), (torch.randn(_dim(rng, 1, 4), _dim(rng, 1, 6), width) * float(rng.choice([1e-2, 1.0, 50.0])),)
+
+
+# The integer ops come from PT2E-quantized programs (raise-pt2e-quant); the reference is their
+# fake quantization, which rounds the same values, so the float tolerance holds.
+
+
+@_examples.example("qlinear")
+def _pt2e_linear(rng):
+    from cuvil_mlir.lowering.raising.raise_pt2e_quant import _pt2e_module
+
+    return _pt2e_module("linear", rng)
+
+
+@_examples.example("qconv2d")
+def _pt2e_conv2d(rng):
+    from cuvil_mlir.lowering.raising.raise_pt2e_quant import _pt2e_module
+
+    return _pt2e_module("conv2d", rng)
+
+
+PASS = ConfigurablePass(NAME, make, {"attention": ATTENTION_LOWERINGS}, "cuvil ops -> torch ops for IREE's torch input")
