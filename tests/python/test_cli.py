@@ -286,7 +286,7 @@ def test_internal_error_is_one_line_unless_verbose(mlp, monkeypatch, capsys):
     def broken(args, parser):
         raise RuntimeError("something unexpected")
 
-    monkeypatch.setattr(cli, "_inspect", broken)
+    monkeypatch.setattr(cli.build, "_inspect", broken)  # cuvil inspect lives in cli/build.py
     assert cli.main(["inspect", str(mlp.pkg)]) == 1
     err = capsys.readouterr().err
     assert err.strip() == "cuvil: internal error: RuntimeError: something unexpected; rerun with --verbose for the traceback"

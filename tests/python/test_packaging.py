@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MAPPED = {folder: package.replace(".", "/") for folder, package in package_dirs().items()}
 FLAT = ("dialects", "targets")  # one module per dialect / target
 STAGE_FOLDERS = ("raising", "fusion", "precision", "to_torch")  # lowering/: one folder per stage, each flat
-SCRIPTS = {"cuvil": "cuvil_mlir.cli:main", "cuvil-opt": "cuvil_mlir.cli:opt_main"}
+SCRIPTS = {"cuvil": "cuvil_mlir.cli:main", "cuvil-opt": "cuvil_mlir.cli.opt:main"}
 
 # what a copy of the tree leaves out (.gitignore's build outputs and artifacts)
 NOT_COPIED = shutil.ignore_patterns(
