@@ -102,9 +102,10 @@ def test_entry_points_name_functions_the_wheel_defines(wheel):
     problems = []
     for script, target in console_scripts(wheel).items():
         module, _, function = target.partition(":")
-        member = module.replace(".", "/") + ".py"
-        if member not in wheel.namelist():
-            problems.append(f"console script '{script}' = {target}, but the wheel has no {member}")
+        path = module.replace(".", "/")
+        member = next((m for m in (f"{path}.py", f"{path}/__init__.py") if m in wheel.namelist()), None)
+        if member is None:
+            problems.append(f"console script '{script}' = {target}, but the wheel has no {path}.py or {path}/__init__.py")
             continue
         tree = ast.parse(wheel.read(member).decode())
         if function not in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}:
