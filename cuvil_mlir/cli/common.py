@@ -209,12 +209,12 @@ def with_pattern_files(e: CuvilError, pattern_files: list[str]) -> CuvilError:
     return e
 
 
-def pattern_registry(pattern_files: list[str]):
-    """The built-in passes plus every PatternSet the files define (under its own name)."""
+def pattern_registry(pattern_sets=()):
+    """The built-in passes plus ``pattern_sets`` (``load_patterns``' PatternSets), each under its own name."""
     from cuvil_mlir.lowering import builtin_registry
 
     registry = builtin_registry()
-    for p in load_patterns(pattern_files)[1]:
+    for p in pattern_sets:
         registry.register(p)
     return registry
 

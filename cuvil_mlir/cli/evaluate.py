@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from cuvil_mlir.cli.common import (
-    calibration_arguments, check_writable, is_model_spec, model_spec, needs_calibration, positive, quiet_torch_logs,
-    read_calibration, read_npy, stdout_console, timing_arguments, load_patterns,
+    calibration_arguments, check_writable, is_model_spec, load_patterns, model_spec, needs_calibration, positive,
+    quiet_torch_logs, read_calibration, read_npy, stdout_console, timing_arguments,
 )
 from cuvil_mlir.core.diagnostics import CuvilError, InputError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from cuvil_mlir.cli.common import pattern_registry
+from cuvil_mlir.cli.common import load_patterns, pattern_registry
 
 
 def add_parsers(sub, common) -> None:
@@ -25,7 +25,7 @@ def add_parsers(sub, common) -> None:
 def _passes(args, parser) -> int:
     from cuvil_mlir.core.patterns import PatternSet
 
-    registry = pattern_registry(args.patterns)
+    registry = pattern_registry(load_patterns(args.patterns)[1])
     for name in registry.names():
         entry, p = registry.entry(name), registry.get(name)  # p: configured with default options
         print(f"{name}: {entry.description or p.description or '(no description)'}")

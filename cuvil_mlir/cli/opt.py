@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from pathlib import Path
 
 from cuvil_mlir.cli.common import (
-    ParseFailure, error_lines, guarded, parse_args, pattern_registry, report_error, with_pattern_files, write_text,
+    ParseFailure, error_lines, guarded, load_patterns, parse_args, pattern_registry, report_error, with_pattern_files,
+    write_text,
 )
 from cuvil_mlir.core.diagnostics import CuvilError, location_text, one_line, require_file
 from cuvil_mlir.core.versions import __version__
@@ -56,9 +56,9 @@ def _opt_parser() -> argparse.ArgumentParser:
 def _opt(args) -> int:
     from cuvil_mlir.core.passes import parse_pipeline
 
-    registry = pattern_registry(args.load_patterns)
+    pattern_files, pattern_sets = load_patterns(args.load_patterns)
+    registry = pattern_registry(pattern_sets)
     passes = [registry.get(name) for name in parse_pipeline(args.passes)]
-    pattern_files = [str(Path(f).resolve()) for f in args.load_patterns]
     name = "<stdin>" if args.input == "-" else args.input
     data = _read_input(args.input)
 
