@@ -20,20 +20,26 @@ modules (torch, IREE) are imported inside the commands that need them, so ``insp
 A command group is a module of this folder with ``add_parsers(sub, common)`` (or
 ``add_parser(sub, common)`` for one command) that adds its subcommands to ``sub``, each with
 ``parents=[common]`` and ``set_defaults(command=fn)``, ``fn(args, parser) -> exit code``.
-A new group is one more name in COMMAND_GROUPS.
+A new group is one more entry in COMMAND_GROUPS (and its import).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from cuvil_mlir.cli import build, evaluate, info
+from cuvil_mlir.cli import build
+from cuvil_mlir.cli import evaluate
+from cuvil_mlir.cli import info
 from cuvil_mlir.cli.common import guarded, parse_args
 from cuvil_mlir.cli.opt import main as opt_main  # noqa: F401  (cuvil-opt's entry point before it moved to cli/opt.py)
 from cuvil_mlir.core.versions import __version__
 
 # The modules whose commands `cuvil` has, in the order `cuvil --help` lists them.
-COMMAND_GROUPS = (build, info, evaluate)
+COMMAND_GROUPS = (
+    build,  # compile, run, inspect
+    info,  # passes, targets
+    evaluate,  # compare, bench, check-patterns, accuracy
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,6 +64,7 @@ class Expected:
 
 
 def competitor_names(competitors) -> list[str]:
+    """Competitor names (a list or comma-separated; ``all``: every one but max-autotune), checked, each once."""
     names = list(competitors.split(",") if isinstance(competitors, str) else competitors)
     if "all" in names:
         names = [n for n in COMPETITORS if n != "torch.compile:max-autotune"]
@@ -98,6 +99,7 @@ def competitor_label(name: str, device: str) -> str:
 
 
 def absent(driver: str, drivers) -> str | None:
+    """Why this machine cannot run ``driver`` (``drivers``: runtime.session.probe_drivers()), or None."""
     status = drivers.get(driver)
     if status is None:
         return f"this IREE runtime has no '{driver}' driver"
