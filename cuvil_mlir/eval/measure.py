@@ -287,3 +287,14 @@ def permuted(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     flat = a.reshape(-1).copy()
     rng.shuffle(flat)
     return flat.reshape(a.shape)
+
+
+def finite(x):
+    """JSON-safe: infinities and NaN (an error's ``problem`` says why) become None, in nested dicts and lists too."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x

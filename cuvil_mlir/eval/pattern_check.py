@@ -43,7 +43,7 @@ import numpy as np
 
 from cuvil_mlir.core.stages import Stage
 from cuvil_mlir.core.diagnostics import CompileError, CuvilError, PassError, one_line
-from cuvil_mlir.eval.measure import output_errors
+from cuvil_mlir.eval.measure import finite, output_errors
 from cuvil_mlir.runtime.arrays import to_numpy, to_torch
 from cuvil_mlir.core.patterns import Example, Pattern, PatternSet
 
@@ -120,7 +120,7 @@ class PatternCheck:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
-        return _finite(asdict(self))
+        return finite(asdict(self))
 
 
 @dataclass
@@ -528,7 +528,7 @@ class _Checker:
                 worst = (*key, set_name, errors, inputs, ref, got)
         failed, _, set_name, errors, inputs, ref, got = worst
         check.input_set = set_name
-        check.outputs = [_finite(asdict(e)) for e in errors]
+        check.outputs = [finite(asdict(e)) for e in errors]
         check.eager_rel_err = None if eager_worst is None or math.isnan(eager_worst) else eager_worst
         if failed:
             self._stop(check, "fail", f"outputs differ after the pattern (input set '{set_name}')", before_text,
@@ -733,16 +733,5 @@ def _unique(items: list[list]) -> list[list]:
             seen.add(key)
             out.append(passes)
     return out
-
-
-def _finite(x):
-    """JSON-safe: infinities and NaN become None."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_finite(v) for v in x]
-    return x
 
 

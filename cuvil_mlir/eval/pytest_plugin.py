@@ -84,10 +84,10 @@ def pytest_generate_tests(metafunc):
 @functools.cache
 def _absent_reason(spec: str) -> str | None:
     """Why ``spec`` cannot run here (no driver or no device), or None. Probed once a session."""
-    from cuvil_mlir.eval.harness import _absent
+    from cuvil_mlir.eval.entries import absent
     from cuvil_mlir.targets import parse_target
 
-    return _absent(parse_target(spec).driver, _drivers())
+    return absent(parse_target(spec).driver, _drivers())
 
 
 @functools.cache

@@ -45,7 +45,8 @@ def assert_matches_reference(compiled_or_model, inputs, *, reference="torch", rt
     """
     __tracebackhide__ = True  # pytest: the failure points at the test, not here
     from cuvil_mlir.runtime.compiled import CompiledModel
-    from cuvil_mlir.eval.harness import Numerics, make_input_sets, reference_outputs, _normalize_model
+    from cuvil_mlir.eval.inputs import as_list, make_input_sets, normalize_model, reference_outputs
+    from cuvil_mlir.eval.report import Numerics
     from cuvil_mlir.eval.measure import output_errors, worst_of
     from cuvil_mlir.runtime.arrays import to_numpy
 
@@ -61,15 +62,15 @@ def assert_matches_reference(compiled_or_model, inputs, *, reference="torch", rt
         sets, _, _ = make_input_sets(None, inputs, input_sets, seed=0)
         where = compiled.active_target or compiled.target
     else:
-        program, eager, _ = _normalize_model(compiled_or_model, inputs)
+        program, eager, _ = normalize_model(compiled_or_model, inputs)
         sets, _, _ = make_input_sets(program, inputs, input_sets, seed=0)
-        from cuvil_mlir.eval.harness import Config, _compile
+        from cuvil_mlir.eval.configs import Config, compile_config
 
-        compiled = _compile(target, Config("default"), program, opt_level, patterns)
+        compiled = compile_config(target, Config("default"), program, opt_level=opt_level, patterns=patterns)
         where = target
     refs, info = reference_outputs(reference, eager, program, sets, opt_level=opt_level)
     check_dtype = reference != "torch-fp64"
-    runs = [output_errors([to_numpy(o) for o in _outputs(compiled(*s))], r, tolerances, check_dtype=check_dtype)
+    runs = [output_errors([to_numpy(o) for o in as_list(compiled(*s))], r, tolerances, check_dtype=check_dtype)
             for s, r in zip(sets, refs)]
     numerics = Numerics.of(worst_of(runs), len(runs))
     if not numerics.passed:
@@ -84,13 +85,15 @@ def assert_close_across_targets(model, inputs, targets, *, rtol: float | None = 
     __tracebackhide__ = True
     import pytest
 
-    from cuvil_mlir.eval.harness import _absent, _target_specs, compare
+    from cuvil_mlir.eval.comparison import compare
+    from cuvil_mlir.eval.configs import target_specs
+    from cuvil_mlir.eval.entries import absent as absent_reason
     from cuvil_mlir.runtime.session import probe_drivers
     from cuvil_mlir.targets import parse_target
 
     drivers = probe_drivers()
-    specs = _target_specs(targets)
-    absent = {s: _absent(parse_target(s).driver, drivers) for s in specs}
+    specs = target_specs(targets)
+    absent = {s: absent_reason(parse_target(s).driver, drivers) for s in specs}
     present = [s for s in specs if absent[s] is None]
     if len(present) < 2:
         why = "; ".join(f"{s}: {r}" for s, r in absent.items() if r)
@@ -108,10 +111,6 @@ def assert_close_across_targets(model, inputs, targets, *, rtol: float | None = 
     return report
 
 
-def _outputs(out) -> list:
-    return list(out) if isinstance(out, tuple) else [out]
-
-
 def _all_dtypes(rtol: float) -> dict[str, float]:
     """One tolerance for every float dtype (integers stay exact)."""
     from cuvil_mlir.eval.measure import DEFAULT_RTOL
@@ -122,9 +121,9 @@ def _all_dtypes(rtol: float) -> dict[str, float]:
 def _failure(where: str, reference: str, numerics) -> str:
     from dataclasses import asdict
 
-    from cuvil_mlir.eval.harness import _finite
+    from cuvil_mlir.eval.measure import finite
     from cuvil_mlir.eval.render import describe_error
 
     lines = [f"outputs {where} do not match the reference ({reference}):"]
-    lines += [f"  {describe_error(_finite(asdict(o)))}" for o in numerics.outputs if not o.passed]
+    lines += [f"  {describe_error(finite(asdict(o)))}" for o in numerics.outputs if not o.passed]
     return "\n".join(lines)

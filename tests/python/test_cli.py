@@ -12,7 +12,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import numpy as np
 import pytest
@@ -286,7 +286,7 @@ def test_internal_error_is_one_line_unless_verbose(mlp, monkeypatch, capsys):
     def broken(args, parser):
         raise RuntimeError("something unexpected")
 
-    monkeypatch.setattr(cli, "_inspect", broken)
+    monkeypatch.setattr(cli.build, "_inspect", broken)  # cuvil inspect lives in cli/build.py
     assert cli.main(["inspect", str(mlp.pkg)]) == 1
     err = capsys.readouterr().err
     assert err.strip() == "cuvil: internal error: RuntimeError: something unexpected; rerun with --verbose for the traceback"
@@ -294,6 +294,27 @@ def test_internal_error_is_one_line_unless_verbose(mlp, monkeypatch, capsys):
     assert cli.main(["inspect", "--verbose", str(mlp.pkg)]) == 1
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "something unexpected" in err
+
+
+def test_a_command_group_is_a_module_named_in_command_groups(monkeypatch, capsys):
+    """A new command: a module with add_parser(sub, common), registered by one name in COMMAND_GROUPS."""
+    def hello(args, parser):
+        print(f"hello {args.name}")
+        return 0
+
+    def add_parser(sub, common):
+        p = sub.add_parser("hello", parents=[common], help="say hello")
+        p.add_argument("name")
+        p.set_defaults(command=hello)
+
+    group = ModuleType("hello_group")
+    group.add_parser = add_parser
+    assert cli.main(["hello", "you"]) == 2  # not registered: a usage error
+    assert "invalid choice: 'hello'" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "COMMAND_GROUPS", (*cli.COMMAND_GROUPS, group))
+    assert cli.main(["hello", "you", "--verbose"]) == 0  # the common options come with it
+    assert capsys.readouterr().out == "hello you\n"
+    assert cli.main(["passes"]) == 0 and "raise-torch-to-cuvil" in capsys.readouterr().out
 
 
 def test_compile_pattern_failure_gives_a_repro_with_the_pattern_file(mlp, tmp_path, capsys):

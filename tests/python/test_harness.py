@@ -18,7 +18,7 @@ import torch
 import cuvil_mlir
 from cuvil_mlir import cli
 from cuvil_mlir.core.diagnostics import CuvilError
-from cuvil_mlir.eval.harness import compare, make_input_sets, parse_config
+from cuvil_mlir.eval.harness import Baseline, Config, Plan, compare, make_input_sets, parse_config
 from cuvil_mlir.eval.measure import DEFAULT_RTOL, Timer, TimingSettings, output_errors, permuted, rtol_for
 from cuvil_mlir.core.patterns import PatternSet, build
 from cuvil_mlir.compiler.pipeline import Options, compile_program
@@ -199,6 +199,21 @@ def test_precision_configs_name_a_policy():
     assert parse_config("default").precision == "fp32"
     with pytest.raises(CuvilError, match="unknown precision 'int3'; policies: fp32, fp16"):
         parse_config("precision:int3")
+
+
+def test_a_plan_is_every_target_with_every_config_and_a_baseline_checks_its_competitors():
+    plan = Plan.parse("cpu,vmvx", ["default", "plain-iree"], opt_level=2)
+    assert [(t, c.name) for t, c in plan.builds()] == [
+        ("cpu", "default"), ("cpu", "plain-iree"), ("vmvx", "default"), ("vmvx", "plain-iree")]
+    assert plan.opt_level == 2 and Plan.parse(["cpu"]).configs == (Config("default"),)
+    with pytest.raises(CuvilError, match="unknown configuration 'fastest'"):
+        Plan.parse("cpu", ["default", "fastest"])
+    baseline = Baseline.parse("torch-fp64", "all", {"float32": 1e-3})
+    assert "eager" in baseline.competitors and "torch.compile:max-autotune" not in baseline.competitors
+    assert not baseline.check_dtype and Baseline.parse().check_dtype  # a float64 reference differs in dtype by design
+    assert baseline.tolerance_table()["float32"] == 1e-3 and baseline.tolerance_table()["float16"] == DEFAULT_RTOL["float16"]
+    with pytest.raises(CuvilError, match="unknown competitor 'jax'"):
+        Baseline.parse(competitors="eager,jax")
 
 
 def test_a_precision_config_is_checked_against_its_budget():
@@ -413,6 +428,46 @@ def relu_epilogue_as_sigmoid(op, rewriter):
     """relu(y) -> sigmoid(y)   (WRONG on purpose)"""
     return build("torch.aten.sigmoid", [op.operands[0]], op.result.type)
 '''
+
+
+TINY_FACTORY = """
+import torch
+
+
+def make():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    return model.eval(), (torch.randn(2, 8),)
+"""
+
+
+@pytest.mark.slow
+def test_cli_build_only_then_from_runs_the_built_packages_here(tmp_path, capsys):
+    """--build-only DIR compiles every entry into DIR with inputs, references and a manifest;
+    --from DIR loads and checks those packages (no compiler) and rebuilds the model for the competitor."""
+    factory, built, out_json = tmp_path / "tiny.py", tmp_path / "built", tmp_path / "r.json"
+    factory.write_text(TINY_FACTORY)
+    assert cli.main(["compare", f"{factory}:make", "--configs", "default,plain-iree", "--build-only", str(built),
+                     "-n", "0", "-q"]) == 0
+    assert f"run there: cuvil compare --from {built}" in capsys.readouterr().out
+    manifest = json.loads((built / "manifest.json").read_text())
+    assert [e["name"] for e in manifest["entries"]] == ["cpu", "cpu [plain-iree]"]
+    assert all((built / e["package"]).is_file() for e in manifest["entries"])
+    assert manifest["competitors"] == ["eager"] and manifest["model_spec"] == f"{factory.resolve()}:make"
+
+    assert cli.main(["compare", "--from", str(built), "-n", "2", "--warmup", "1", "--min-time", "0",
+                     "--json", str(out_json), "-q"]) == 0
+    data = json.loads(out_json.read_text())
+    assert [(e["name"], e["status"]) for e in data["entries"]] == [
+        ("cpu", "ok"), ("cpu [plain-iree]", "ok"), ("torch eager (cpu)", "ok")]
+    assert data["settings"]["built_from"] == str(built) and data["entries"][1]["baseline"] == "cpu"
+    assert any("loaded and run here from built/" in n for n in data["notes"])
+    capsys.readouterr()
+
+    assert cli.main(["compare", "--from", str(tmp_path), "-q"]) == 1  # no manifest there
+    assert f"compare --from: {tmp_path} has no manifest.json (write one with" in capsys.readouterr().err
+    assert cli.main(["compare", "--from", str(built), "m.pt2"]) == 1  # the packages come from DIR
+    assert "compare --from DIR takes no --build-only and no .pt2 MODEL" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MAPPED = {folder: package.replace(".", "/") for folder, package in package_dirs().items()}
 FLAT = ("dialects", "targets")  # one module per dialect / target
 STAGE_FOLDERS = ("raising", "fusion", "precision", "to_torch")  # lowering/: one folder per stage, each flat
-SCRIPTS = {"cuvil": "cuvil_mlir.cli:main", "cuvil-opt": "cuvil_mlir.cli:opt_main"}
+SCRIPTS = {"cuvil": "cuvil_mlir.cli:main", "cuvil-opt": "cuvil_mlir.cli.opt:main"}
 
 # what a copy of the tree leaves out (.gitignore's build outputs and artifacts)
 NOT_COPIED = shutil.ignore_patterns(
@@ -102,10 +102,10 @@ def test_entry_points_name_functions_the_wheel_defines(wheel):
     problems = []
     for script, target in console_scripts(wheel).items():
         module, _, function = target.partition(":")
-        base = module.replace(".", "/")
-        member = next((m for m in (base + ".py", base + "/__init__.py") if m in wheel.namelist()), None)
+        path = module.replace(".", "/")
+        member = next((m for m in (f"{path}.py", f"{path}/__init__.py") if m in wheel.namelist()), None)
         if member is None:
-            problems.append(f"console script '{script}' = {target}, but the wheel has no {base}.py or {base}/__init__.py")
+            problems.append(f"console script '{script}' = {target}, but the wheel has no {path}.py or {path}/__init__.py")
             continue
         tree = ast.parse(wheel.read(member).decode())
         if function not in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}:
