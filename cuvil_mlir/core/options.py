@@ -211,7 +211,7 @@ def check_options(pass_name: str, expected: type, options) -> None:
                 raise CuvilError(f"pass '{pass_name}': option {o.name}={value!r} {_expected(o.kind)}")
             continue
         if not isinstance(value, tuple):
-            raise CuvilError(f"pass '{pass_name}': option {o.name}={value!r} is not a tuple (a list of {_type_text(o.item)})")
+            raise CuvilError(f"pass '{pass_name}': option {o.name}={value!r} is not a tuple ({o.type_text()})")
         for v in value:
             if not _fits(o.item, v):
                 raise CuvilError(f"pass '{pass_name}': option {o.name}: item {v!r} {_expected(o.item)}")
@@ -221,7 +221,8 @@ def _expected(kind) -> str:
     choices = _choices(kind)
     if choices is not None:
         return f"is not one of {', '.join(_text(c) for c in choices)}"
-    return f"is not a {_type_text(kind)}"
+    text = _type_text(kind)
+    return f"is not {'an' if text[0] in 'aeiou' else 'a'} {text}"
 
 
 def describe_options(p) -> list[str]:

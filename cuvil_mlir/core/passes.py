@@ -60,6 +60,8 @@ def parse_pass_spec(spec: str) -> tuple[str, dict[str, str]]:
         key, eq, value = item.partition("=")
         if not eq or not key or not value:
             raise CuvilError(f"malformed option '{item}' in pass '{spec}' (expected option=value)")
+        if key in options:
+            raise CuvilError(f"option '{key}' is given twice in pass '{spec}'")
         options[key] = value
     return m.group(1), options
 
