@@ -186,31 +186,33 @@ def _kept_ops(keep: tuple[str, ...]) -> frozenset[str]:
     return frozenset(name for kind in keep for name in KINDS[kind])
 
 
-@_demoted("linear")
-def demote_linear(op, rewriter, options: DemotePrecisionOptions):
-    """cuvil.linear(x, W, b) : f32 -> convert(cuvil.linear(x16, W16, b16) : f16, f32)   (W, b literals converted ahead)"""
+def _weighted_operands(op, options: DemotePrecisionOptions):
+    """(x16, W16, b16) of an f32 linear/conv2d to demote (constants as 16-bit literals), else None."""
     half = options.dtype
     if not (_is_float32(op.input) and _is_float32(op.result)) or in_paths(op, options.keep_paths):
         return None
     if not _weights_fit([op.weight, op.bias], half):
         return None
     bias = None if op.bias is None else _weight_to_half(op.bias, half)
-    y = cuvil.linear(_half_type(op.result, half), to_half(op.input, half), _weight_to_half(op.weight, half), bias,
-                     activation=cuvil.activation_of(op))
-    return _widen(y)
+    return to_half(op.input, half), _weight_to_half(op.weight, half), bias
+
+
+@_demoted("linear")
+def demote_linear(op, rewriter, options: DemotePrecisionOptions):
+    """cuvil.linear(x, W, b) : f32 -> convert(cuvil.linear(x16, W16, b16) : f16, f32)   (W, b literals converted ahead)"""
+    operands = _weighted_operands(op, options)
+    if operands is None:
+        return None
+    return _widen(cuvil.linear(_half_type(op.result, options.dtype), *operands, activation=cuvil.activation_of(op)))
 
 
 @_demoted("conv2d")
 def demote_conv2d(op, rewriter, options: DemotePrecisionOptions):
     """cuvil.conv2d(x, W, b) : f32 -> convert(cuvil.conv2d(x16, W16, b16) : f16, f32)"""
-    half = options.dtype
-    if not (_is_float32(op.input) and _is_float32(op.result)) or in_paths(op, options.keep_paths):
+    operands = _weighted_operands(op, options)
+    if operands is None:
         return None
-    if not _weights_fit([op.weight, op.bias], half):
-        return None
-    bias = None if op.bias is None else _weight_to_half(op.bias, half)
-    y = cuvil.conv2d(_half_type(op.result, half), to_half(op.input, half), _weight_to_half(op.weight, half), bias,
-                     **conv_attributes(op), activation=cuvil.activation_of(op))
+    y = cuvil.conv2d(_half_type(op.result, options.dtype), *operands, **conv_attributes(op), activation=cuvil.activation_of(op))
     return _widen(y)
 
 
