@@ -103,8 +103,9 @@ def _type_text(kind) -> str | None:
 # --- text -> value -------------------------------------------------------------------------
 
 
-def _parse_scalar(kind, text: str):
-    """The value of ``text`` as ``kind``; ValueError naming what was expected."""
+def parse_value(kind, text: str):
+    """The value of ``text`` as ``kind`` (int, float, str, bool, a Literal or an Enum); ValueError
+    saying what was expected (``is not an int``)."""
     choices = _choices(kind)
     if choices is not None:
         for c in choices:
@@ -130,7 +131,7 @@ def _parse_scalar(kind, text: str):
 
 def _parse_value(option: Option, text: str):
     if option.item is None:
-        return _parse_scalar(option.kind, text)
+        return parse_value(option.kind, text)
     if text == EMPTY_LIST:
         return ()
     items = text.split(LIST_SEPARATOR)
@@ -139,7 +140,7 @@ def _parse_value(option: Option, text: str):
     out = []
     for item in items:
         try:
-            out.append(_parse_scalar(option.item, item))
+            out.append(parse_value(option.item, item))
         except ValueError as e:
             raise ValueError(f"item '{item}' {e}") from None
     return tuple(out)
