@@ -120,23 +120,30 @@ def _quantized_weight(w: np.ndarray, dtype: str, bits: int, group: int):
 # The patterns.
 
 
-@patterns.add("cuvil.linear")
-def quantize_linear(op, rewriter, options: QuantizeWeightsOptions):
-    """cuvil.linear(x, W) -> cuvil.linear(x, dequant(q, s))   (W constant float; q si8 / packed int4)"""
+def _dequantized_weight(op, options: QuantizeWeightsOptions):
+    """The dequantization chain replacing ``op``'s constant float weight; None when it has none
+    or ``op`` is skipped."""
     w = constant_weight(op.weight)
     if w is None or in_paths(op, options.skip):
         return None
-    dequant = _quantized_weight(w, info(op.weight).dtype, options.bits, options.group)
+    return _quantized_weight(w, info(op.weight).dtype, options.bits, options.group)
+
+
+@patterns.add("cuvil.linear")
+def quantize_linear(op, rewriter, options: QuantizeWeightsOptions):
+    """cuvil.linear(x, W) -> cuvil.linear(x, dequant(q, s))   (W constant float; q si8 / packed int4)"""
+    dequant = _dequantized_weight(op, options)
+    if dequant is None:
+        return None
     return cuvil.linear(op.result.type, op.input, dequant, op.bias, activation=cuvil.activation_of(op))
 
 
 @patterns.add("cuvil.conv2d")
 def quantize_conv2d(op, rewriter, options: QuantizeWeightsOptions):
     """cuvil.conv2d(x, W) -> cuvil.conv2d(x, dequant(q, s))   (W constant float; per output channel / group)"""
-    w = constant_weight(op.weight)
-    if w is None or in_paths(op, options.skip):
+    dequant = _dequantized_weight(op, options)
+    if dequant is None:
         return None
-    dequant = _quantized_weight(w, info(op.weight).dtype, options.bits, options.group)
     return cuvil.conv2d(op.result.type, op.input, dequant, op.bias, **conv_attributes(op), activation=cuvil.activation_of(op))
 
 
