@@ -74,7 +74,7 @@ class DemotePrecisionOptions:
     """``dtype``: the 16-bit float type; ``keep``: the op kinds that stay f32 (replacing the
     default list; none: demote every kind); ``keep_paths``: module paths whose ops all stay f32."""
 
-    dtype: Literal["f16", "bf16"] = "f16"
+    dtype: Literal[HALF_DTYPES] = "f16"
     keep: tuple[Kind, ...] = DEFAULT_KEEP
     keep_paths: tuple[str, ...] = ()
 
