@@ -15,7 +15,7 @@ Python-defined ops print in generic form::
 from typing import Any
 
 from cuvil_mlir.core.ir import ext, ir
-from cuvil_mlir.core.tensor_types import TensorInfo, tensor_info
+from cuvil_mlir.core.tensor_types import FLOAT_WIDTH, TensorInfo, tensor_info
 
 Operand = ext.Operand
 Result = ext.Result
@@ -25,7 +25,7 @@ ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "relu6")
 # the op computes y = x · Wᵀ + b with 2F out features and returns act(y[..., :F]) * y[..., F:].
 GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh", "reglu": "relu"}
 NORM_KINDS = ("layer", "rms")
-FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
+FLOAT_DTYPES = tuple(FLOAT_WIDTH)  # bf16, f16, f32, f64
 
 
 class Cuvil(ext.Dialect, name="cuvil"):

@@ -6,7 +6,9 @@
     to_torch/   Cuvil ops -> torch ops, checked  (lower-cuvil-to-torch, verify-no-cuvil)
 
 ``raise-torch-to-cuvil`` is raising/raise_torch_to_cuvil.py and is tested by
-tests/lowering/raising/raise-torch-to-cuvil.mlir. Each module exposes ``PASS``.
+tests/lowering/raising/raise-torch-to-cuvil.mlir. Each module exposes ``PASS``: its pattern set
+(or, for a pass that is not a rewrite, a FunctionPass), with its options' defaults. A pass
+imports no other pass; what two passes share is in common.py.
 """
 
 from cuvil_mlir.core.passes import Registry

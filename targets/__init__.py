@@ -10,6 +10,7 @@ import re
 from dataclasses import MISSING, fields
 
 from cuvil_mlir.core.diagnostics import CuvilError
+from cuvil_mlir.core.options import parse_value
 
 from .base import NAME_FIELDS, Target
 from .cpu import CpuTarget, VmvxTarget
@@ -104,18 +105,8 @@ def _parse_options(cls: type[Target], text: str) -> dict:
         if key not in known:
             valid = ", ".join(f"{k}=<{'|'.join(cls.choices.get(f.name, (type(f.default).__name__,)))}>" for k, f in known.items())
             raise ValueError(f"unknown option '{item}'; {cls.kind} options: {valid or 'none'}")
-        out[known[key].name] = _convert(value, known[key].default)
-    return out
-
-
-def _convert(value: str, default):
-    if isinstance(default, bool):
-        if value not in ("true", "false"):
-            raise ValueError(f"expected true or false, got '{value}'")
-        return value == "true"
-    if isinstance(default, int):
         try:
-            return int(value)
-        except ValueError:
-            raise ValueError(f"expected an integer, got '{value}'") from None
-    return value
+            out[known[key].name] = parse_value(type(known[key].default), value)
+        except ValueError as e:
+            raise ValueError(f"option {item} {e}") from None
+    return out

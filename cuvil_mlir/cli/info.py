@@ -23,14 +23,15 @@ def add_parsers(sub, common) -> None:
 
 
 def _passes(args, parser) -> int:
+    from cuvil_mlir.core.options import describe_options
     from cuvil_mlir.core.patterns import PatternSet
 
     registry = pattern_registry(load_patterns(args.patterns)[1])
     for name in registry.names():
         entry, p = registry.entry(name), registry.get(name)  # p: configured with default options
         print(f"{name}: {entry.description or p.description or '(no description)'}")
-        for option, allowed in getattr(entry, "options", {}).items():
-            print(f"  option {option}: {' | '.join(allowed)} (default {allowed[0]}; e.g. -p '{name}{{{option}={allowed[-1]}}}')")
+        for line in describe_options(entry):
+            print(f"  {line}")
         if not isinstance(p, PatternSet):
             continue
         width = max((len(pat.name) for pat in p.patterns), default=0)

@@ -46,7 +46,7 @@ class Calibration:
 
     @property
     def ranges(self) -> list:
-        """``(OpKey, min, max)`` per op, as ``quantize_static.make_pass`` takes them."""
+        """``(OpKey, min, max)`` per op, as ``quantize_static.with_calibration`` takes them."""
         from cuvil_mlir.lowering.precision.quantize_static import OpKey
 
         return [(OpKey(r.index, r.kind, tuple(r.input_shape), tuple(r.weight_shape)), r.min, r.max) for r in self.ops]

@@ -156,6 +156,25 @@ def stage_passes(policy: str | Policy | None, calibration=None) -> list:
 BUDGETS = {"fp16": 1e-2, "bf16": 5e-2}
 
 
+def _items(value: str | None) -> tuple[str, ...] | None:
+    """A policy's list value, ``"a,b"`` -> ("a", "b"); ``"none"`` -> (); None when not given."""
+    if value is None:
+        return None
+    items = tuple(v for v in value.split(",") if v)
+    return () if items == ("none",) else items
+
+
+def _configured(p, options_class, **values):
+    """Pass ``p`` with ``options_class(**values)`` (values left None take their defaults); a value
+    the options reject is an error naming the pass."""
+    given = {k: v for k, v in values.items() if v is not None}
+    try:
+        options = options_class(**given)
+    except ValueError as e:
+        raise CuvilError(f"pass '{p.name}': {e}") from None
+    return p.with_options(options)
+
+
 def _demote_passes(policy: Policy) -> list:
     """fp16 / bf16{keep=...,keep_paths=...} -> demote-precision{dtype=f16|bf16,keep=...,keep_paths=...},
     after narrow-io{dtype=...} with io=fp16 / io=bf16 (so demotion folds the casts it adds)."""
@@ -169,10 +188,9 @@ def _demote_passes(policy: Policy) -> list:
         raise CuvilError(f"precision {policy.spec}: io={io} is not one of model (inputs and outputs keep their dtype), "
                          f"{policy.name} (take and return {policy.name})")
     dtype = HALF_POLICIES[policy.name]
-    given = {"dtype": dtype}
-    given.update({k: v.replace(",", ":") for k, v in policy.options if k != "io"})
-    demote = demote_precision.PASS.configure(given)
-    return [demote] if io == "model" else [narrow_io.PASS.configure({"dtype": dtype}), demote]
+    demote = _configured(demote_precision.PASS, demote_precision.DemotePrecisionOptions, dtype=dtype,
+                         keep=_items(policy.option("keep")), keep_paths=_items(policy.option("keep_paths")))
+    return [demote] if io == "model" else [_configured(narrow_io.PASS, narrow_io.NarrowIOOptions, dtype=dtype), demote]
 
 
 # Quantized policies only: IREE's const-expr hoisting would otherwise evaluate the weight
@@ -196,10 +214,11 @@ def _weight_only_pass(policy: Policy):
     if extra:
         takes = "takes only group, skip" if policy.name == "int4-weight" else "takes no options (except skip)"
         raise CuvilError(f"precision {policy.name} {takes}, got {policy.spec}")
-    bits = "4" if policy.name == "int4-weight" else "8"
-    group = policy.option("group", str(quantize_weights.DEFAULT_GROUP))
-    skip = policy.option("skip", "").replace(",", ":")
-    return quantize_weights.PASS.configure({"bits": bits, "group": group, **({"skip": skip} if skip else {})})
+    group = policy.option("group")
+    if group is not None and not group.lstrip("-").isdigit():
+        raise CuvilError(f"precision {policy.spec}: group={group} is not an int")
+    return _configured(quantize_weights.PASS, quantize_weights.QuantizeWeightsOptions, bits=4 if policy.name == "int4-weight" else 8,
+                       group=None if group is None else int(group), skip=_items(policy.option("skip")))
 
 
 def _static_int8_pass(policy: Policy, calibration):
@@ -214,4 +233,5 @@ def _static_int8_pass(policy: Policy, calibration):
         raise CuvilError("precision int8 needs activation ranges: pass calibration=cuvil_mlir.calibrate(model, sample_inputs)")
     if not isinstance(calibration, Calibration):
         raise CuvilError(f"calibration must be a cuvil_mlir.compiler.calibration.Calibration (from cuvil_mlir.calibrate), got {type(calibration).__name__}")
-    return quantize_static.make_pass(calibration.ranges, skip=policy.option("skip", "none").replace(",", ":"))
+    options = quantize_static.QuantizeStaticOptions(skip=_items(policy.option("skip")) or ())
+    return quantize_static.with_calibration(calibration.ranges, options)

@@ -1,8 +1,12 @@
 """Passes by name: the registry, pipeline strings, and running passes with repro dumps.
 
-A pass is either a ``PatternSet`` (applied greedily) or a ``FunctionPass`` (a function of
-the module). Both have a ``name`` (the pass name, the module file name with dashes, and
-the lit test's name) and return a Counter of what fired.
+A pass is a ``PatternSet`` (applied greedily) or, where it is not a rewrite, a
+``FunctionPass`` (a function of the module). Both have a ``name`` (the pass name, the module
+file name with dashes, and the lit test's name), return a Counter of what fired, and may have
+``options``: an instance of a frozen dataclass whose fields are the pass's command-line
+options (cuvil_mlir.core.options), its defaults where the pass is registered. The registry
+parses ``name{option=value ...}`` into those options once; code configures a pass with a
+typed options object, ``p.with_options(Options(...))``; ``p.spec`` writes it back as text.
 """
 
 from __future__ import annotations
@@ -18,47 +22,29 @@ from typing import Callable, Iterable, Union
 
 from cuvil_mlir.core.diagnostics import CuvilError, PassError, require_file
 from cuvil_mlir.core.ir import ir, module_to_bytecode
+from cuvil_mlir.core.options import Configurable
 from cuvil_mlir.core.patterns import PatternFailure, PatternSet
 
 
 @dataclass(frozen=True)
-class FunctionPass:
-    name: str
-    run: Callable[[ir.Module], Counter]
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class ConfigurablePass:
-    """A pass with options: ``name{option=value}`` calls ``make(option=value)``.
-
-    ``options`` maps each option to its allowed values; the first is the default."""
+class FunctionPass(Configurable):
+    """A pass that is a function of the module: ``run(module)``, or ``run(module, options)``
+    for a pass with options."""
 
     name: str
-    make: Callable[..., "Pass"]
-    options: dict[str, tuple[str, ...]]
+    run: Callable[..., Counter]
     description: str = ""
+    options: object | None = None
 
-    def check_known(self, given: dict[str, str]) -> None:
-        """Fail on an option the pass does not have (for ``configure`` overrides whose options
-        take free-form values)."""
-        for key in given:
-            if key not in self.options:
-                raise CuvilError(f"pass '{self.name}' has no option '{key}'; options: {', '.join(self.options)}")
-
-    def configure(self, given: dict[str, str]) -> "Pass":
-        self.check_known(given)
-        for key, value in given.items():
-            if value not in self.options[key]:
-                raise CuvilError(f"pass '{self.name}': option {key}={value} is not one of {', '.join(self.options[key])}")
-        return self.make(**{k: given.get(k, allowed[0]) for k, allowed in self.options.items()})
+    def apply(self, module: ir.Module) -> Counter:
+        return self.run(module) if self.options is None else self.run(module, self.options)
 
 
 Pass = Union[PatternSet, FunctionPass]
 
 
 def run_pass(p: Pass, module: ir.Module) -> Counter:
-    return p.apply(module) if isinstance(p, PatternSet) else p.run(module)
+    return p.apply(module)
 
 
 _SPEC = re.compile(r"^([a-z0-9][a-z0-9+-]*)(?:\{([^{}]*)\})?$")
@@ -74,39 +60,38 @@ def parse_pass_spec(spec: str) -> tuple[str, dict[str, str]]:
         key, eq, value = item.partition("=")
         if not eq or not key or not value:
             raise CuvilError(f"malformed option '{item}' in pass '{spec}' (expected option=value)")
+        if key in options:
+            raise CuvilError(f"option '{key}' is given twice in pass '{spec}'")
         options[key] = value
     return m.group(1), options
 
 
 class Registry:
-    def __init__(self, passes: Iterable[Pass | ConfigurablePass] = ()):
-        self._passes: dict[str, Pass | ConfigurablePass] = {}
+    """Passes by name, in the order they were registered (the built-ins: pipeline order)."""
+
+    def __init__(self, passes: Iterable[Pass] = ()):
+        self._passes: dict[str, Pass] = {}
         for p in passes:
             self.register(p)
 
-    def register(self, p: Pass | ConfigurablePass, *, replace: bool = False) -> None:
+    def register(self, p: Pass, *, replace: bool = False) -> None:
         if p.name in self._passes and not replace:
             raise CuvilError(f"a pass named '{p.name}' is already registered")
         self._passes[p.name] = p
 
     def get(self, spec: str) -> Pass:
-        """The pass for ``name`` or ``name{option=value ...}``."""
+        """The pass for ``name`` or ``name{option=value ...}`` (options parsed and checked)."""
         name, options = parse_pass_spec(spec)
         if name not in self._passes:
-            raise CuvilError(f"unknown pass '{name}'; known passes: {', '.join(sorted(self._passes))}")
-        entry = self._passes[name]
-        if isinstance(entry, ConfigurablePass):
-            return entry.configure(options)
-        if options:
-            raise CuvilError(f"pass '{name}' takes no options, got {options}")
-        return entry
+            raise CuvilError(f"unknown pass '{name}'; known passes: {', '.join(self.names())}")
+        return self._passes[name].configure(options)
 
-    def entry(self, name: str) -> Pass | ConfigurablePass:
-        """The registered object (for listing), without configuring it."""
+    def entry(self, name: str) -> Pass:
+        """The registered pass (its default options)."""
         return self._passes[name]
 
     def names(self) -> list[str]:
-        return sorted(self._passes)
+        return list(self._passes)
 
 
 def parse_pipeline(text: str) -> list[str]:
@@ -127,7 +112,8 @@ def parse_pipeline(text: str) -> list[str]:
 
 
 def load_pattern_file(path: str | os.PathLike) -> list[PatternSet]:
-    """Import a user's Python file and return the PatternSets it defines at top level."""
+    """Import a user's Python file and return the PatternSets it defines at top level (with their
+    default options)."""
     path = require_file(path, "pattern file")
     name = f"cuvil_user_patterns_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
@@ -140,9 +126,7 @@ def load_pattern_file(path: str | os.PathLike) -> list[PatternSet]:
         raise CuvilError(f"failed to import pattern file {path}: {type(e).__name__}: {e}") from e
     sets: dict[str, PatternSet] = {}  # one per pass name (``patterns`` and ``PASS`` are often the same set)
     for value in vars(module).values():
-        if isinstance(value, ConfigurablePass):  # a configurable pass: its default configuration
-            value = value.configure({})
-        if isinstance(value, PatternSet) and value.patterns:  # an empty set only holds examples
+        if isinstance(value, PatternSet) and value.patterns:
             sets.setdefault(value.name, value)
     if not sets:
         raise CuvilError(f"pattern file {path} defines no PatternSet with patterns at top level")

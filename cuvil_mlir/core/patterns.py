@@ -22,13 +22,15 @@ current insertion point.
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from cuvil_mlir.core.diagnostics import location_text, module_path
 from cuvil_mlir.core.ir import elements_array, elements_attr, ir, rewrite
-from cuvil_mlir.core.tensor_types import TensorInfo, tensor_info, vtensor_type_text
+from cuvil_mlir.core.options import Configurable
+from cuvil_mlir.core.tensor_types import TensorInfo, dtype_of_numpy, tensor_info, vtensor_type_text
 
 PatternFn = Callable[[object, object], object]
 
@@ -39,6 +41,17 @@ class Pattern:
     root: str
     fn: PatternFn
     benefit: int = 1
+    when: Callable[[object], bool] | None = None  # registered only for the options it returns True for
+
+    @property
+    def takes_options(self) -> bool:
+        """``fn(op, rewriter, options)``: the pattern reads its pass's options."""
+        required = [p for p in inspect.signature(self.fn).parameters.values()
+                    if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+        return len(required) == 3
+
+    def enabled(self, options) -> bool:
+        return self.when is None or self.when(options)
 
     @property
     def rewrite_doc(self) -> str:
@@ -63,13 +76,25 @@ class Example:
 
 
 @dataclass
-class PatternSet:
-    """A named set of patterns; it is also a pass (its name is the pass name)."""
+class PatternSet(Configurable):
+    """A named set of patterns; it is also a pass (its name is the pass name).
+
+    A pass with options gives their defaults, an instance of a frozen dataclass
+    (cuvil_mlir.core.options): ``PatternSet("quantize-weights", options=QuantizeWeightsOptions())``.
+    A pattern that takes a third argument, ``fn(op, rewriter, options)``, is called with the
+    configured options; ``add(root, when=...)`` registers a pattern for some configurations only.
+    ``patterns`` are the patterns of this configuration, ``registered`` all of them."""
 
     name: str
     patterns: list[Pattern] = field(default_factory=list)
     description: str = ""
     examples: list[Example] = field(default_factory=list)
+    options: object | None = None
+    registered: list[Pattern] = field(default_factory=list, repr=False)
+
+    def __post_init__(self):
+        if not self.registered:
+            self.registered = list(self.patterns)
 
     def example(self, pattern: str, *, matches: bool = True, rtol: float | None = None):
         """Decorator: register ``build(rng) -> (program, args)`` as an example of ``pattern``
@@ -85,29 +110,39 @@ class PatternSet:
 
     def only(self, *pattern_names: str) -> "PatternSet":
         """The set reduced to ``pattern_names`` (same pass name)."""
+        self._check_names(pattern_names)
+        return self._subset(lambda p: p.name in pattern_names)
+
+    def without(self, *pattern_names: str) -> "PatternSet":
+        """The set less ``pattern_names`` (same pass name)."""
+        self._check_names(pattern_names)
+        return self._subset(lambda p: p.name not in pattern_names)
+
+    def _check_names(self, pattern_names) -> None:
         unknown = set(pattern_names) - {p.name for p in self.patterns}
         if unknown:
             raise KeyError(f"pattern set '{self.name}' has no pattern(s) {sorted(unknown)}")
-        return PatternSet(self.name, [p for p in self.patterns if p.name in pattern_names], self.description, self.examples)
 
-    def add(self, root: str, *, benefit: int = 1, name: str | None = None):
-        """Decorator: register ``fn`` as a pattern rooted at op name ``root``."""
+    def _subset(self, keep) -> "PatternSet":
+        return replace(self, patterns=[p for p in self.patterns if keep(p)], registered=[p for p in self.registered if keep(p)])
+
+    def _configured(self, options) -> "PatternSet":
+        return replace(self, options=options, patterns=[p for p in self.registered if p.enabled(options)])
+
+    def add(self, root: str, *, benefit: int = 1, name: str | None = None, when: Callable[[object], bool] | None = None):
+        """Decorator: register ``fn`` as a pattern rooted at op name ``root`` (``when(options)``:
+        only in the configurations it holds for)."""
 
         def decorate(fn: PatternFn) -> PatternFn:
-            self.patterns.append(Pattern(name or fn.__name__, root, fn, benefit))
+            pattern = Pattern(name or fn.__name__, root, fn, benefit, when)
+            if (pattern.takes_options or when is not None) and self.options is None:
+                raise TypeError(f"pattern '{pattern.name}' reads options, but pass '{self.name}' has none (PatternSet(options=...))")
+            self.registered.append(pattern)
+            if pattern.enabled(self.options):
+                self.patterns.append(pattern)
             return fn
 
         return decorate
-
-    def __add__(self, other: "PatternSet") -> "PatternSet":
-        return PatternSet(f"{self.name}+{other.name}", self.patterns + other.patterns, examples=self.examples + other.examples)
-
-    def without(self, *pattern_names: str) -> "PatternSet":
-        unknown = set(pattern_names) - {p.name for p in self.patterns}
-        if unknown:
-            raise KeyError(f"pattern set '{self.name}' has no pattern(s) {sorted(unknown)}")
-        kept = [p for p in self.patterns if p.name not in pattern_names]
-        return PatternSet(self.name, kept, self.description, self.examples)
 
     def apply(self, module: ir.Module, *, max_iterations: int = 20) -> "Firings":
         """Apply greedily (with folding) to ``module``; returns how often each pattern fired
@@ -116,7 +151,7 @@ class PatternSet:
         with module.context:
             rps = rewrite.RewritePatternSet()
             for pattern in self.patterns:
-                rps.add(pattern.root, _adapt(pattern, fired), benefit=pattern.benefit)
+                rps.add(pattern.root, _adapt(pattern, fired, self.options), benefit=pattern.benefit)
             config = rewrite.GreedyRewriteConfig()
             config.max_iterations = max_iterations
             rewrite.apply_patterns_and_fold_greedily(module, rps.freeze(), config)
@@ -145,11 +180,13 @@ class PatternFailure(Exception):
         self.cause = cause
 
 
-def _adapt(pattern: Pattern, fired: Firings):
+def _adapt(pattern: Pattern, fired: Firings, options):
+    extra = (options,) if pattern.takes_options else ()
+
     def callback(op, rewriter) -> bool:
         try:
             with rewriter.ip, op.location:
-                replacement = pattern.fn(op, rewriter)
+                replacement = pattern.fn(op, rewriter, *extra)
         except PatternFailure:
             raise
         except Exception as e:  # surface where it happened, not a bare binding traceback
@@ -346,10 +383,6 @@ def transpose_2d(value) -> ir.Value:
 # Weights: read constant tensors as numpy and build new ones (folding, concatenation,
 # conversion, quantization). The importer stores weights as dense elements so they can be read.
 
-_NUMPY_TO_DTYPE = {"float32": "f32", "float16": "f16", "float64": "f64", "bfloat16": "bf16", "int64": "si64",
-                   "int32": "si32", "int16": "si16", "int8": "si8", "uint8": "ui8", "bool": "i1"}
-
-
 def literal_array(value):
     """The numpy array of a ``torch.vtensor.literal`` value (None if ``value`` is not one, or its
     data cannot be read)."""
@@ -363,7 +396,7 @@ def literal(array, dtype: str | None = None) -> ir.Value:
     import numpy as np
 
     array = np.asarray(array)
-    dtype = dtype or _NUMPY_TO_DTYPE.get(str(array.dtype))
+    dtype = dtype or dtype_of_numpy(array.dtype)
     if dtype is None:
         raise ValueError(f"no vtensor dtype for numpy dtype {array.dtype}; pass dtype=")
     return build("torch.vtensor.literal", [], vtensor_type(array.shape, dtype), {"value": elements_attr(array, dtype)})

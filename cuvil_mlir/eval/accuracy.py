@@ -25,7 +25,7 @@ import numpy as np
 
 from cuvil_mlir.core.diagnostics import CuvilError
 from cuvil_mlir.runtime.arrays import to_numpy
-from cuvil_mlir.lowering.precision.demote_precision import FORWARD
+from cuvil_mlir.lowering.common import FORWARD
 from cuvil_mlir.compiler.precision import BUDGETS, Policy, parse_policy
 from cuvil_mlir.runtime.signature import as_signature
 

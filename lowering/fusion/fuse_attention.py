@@ -18,7 +18,7 @@ modules)::
     dropout     aten.dropout with train=false is skipped (export removes it in eval anyway)
 
 A mask that folds to a constant (HF's masking utils, a sliced ``tril`` buffer, ``triu(ones)``
-compares; see ``_fold``) is classified: all-keep masks are dropped, a top-left-aligned lower
+compares; see lowering/common.py ``fold``) is classified: all-keep masks are dropped, a top-left-aligned lower
 triangle becomes ``is_causal = true``, anything else stays an operand. Boolean masks become
 additive float masks ``where(keep, 0, fill)``: exact for -inf fills, and for finfo.min
 wherever a row keeps at least one key.
@@ -37,7 +37,9 @@ import math
 
 import numpy as np
 
+from cuvil_mlir.core.tensor_types import FLOAT_WIDTH, numpy_dtype
 from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.lowering.common import float_cast, fold, uses_inside
 from cuvil_mlir.core.patterns import (
     PatternSet, build, const_bool, const_float, const_int, const_int_list, defining_op, info, is_none, literal,
     literal_array, op_name, torch_int, torch_int_list, vtensor_type,
@@ -45,8 +47,6 @@ from cuvil_mlir.core.patterns import (
 
 patterns = PatternSet("fuse-attention", description="hand-written attention (matmul, scale, mask, softmax, matmul) -> cuvil.attention")
 
-_CASTS = ("torch.aten.to.dtype", "torch.prims.convert_element_type")
-_WIDTH = {"bf16": 16, "f16": 16, "f32": 32, "f64": 64}
 _MOST_NEGATIVE = {"bf16": -3.3895313892515355e38, "f16": -65504.0, "f32": -3.4028234663852886e38, "f64": -1.7976931348623157e308}
 
 
@@ -94,7 +94,7 @@ def _match(root) -> _Match | None:
     m.v, m.ops = v, [*m.ops, *soft_ops, *mm_ops]
     if defining_op(p, "torch.aten.dropout") is not None:
         m.ops.append(defining_op(p))
-    if not _fits(m, root) or not _uses_inside(m.ops, root):
+    if not _fits(m, root) or not uses_inside(m.ops, root):
         return None
     return m
 
@@ -147,7 +147,7 @@ def _softmax(value):
     """(x, ops) for value = softmax(x, -1), with an upcast before and a cast back after it
     (x and value of one dtype)."""
     ops = []
-    down = _float_cast(value)
+    down = float_cast(value)
     inner = value
     if down is not None:
         ops.append(down)
@@ -157,12 +157,12 @@ def _softmax(value):
         return None
     x, core_ops = core
     ops += core_ops
-    up = _float_cast(x)
+    up = float_cast(x)
     if up is not None and down is not None:
         ops.append(up)
         x = up.operands[0]
     tx, tv, ti = info(x), info(value), info(inner)
-    if tx.dtype != tv.dtype or tx.dtype not in _WIDTH or _WIDTH.get(ti.dtype, 0) < _WIDTH[tx.dtype]:
+    if tx.dtype != tv.dtype or tx.dtype not in FLOAT_WIDTH or FLOAT_WIDTH.get(ti.dtype, 0) < FLOAT_WIDTH[tx.dtype]:
         return None
     return x, ops
 
@@ -358,32 +358,13 @@ def _fits(m: _Match, root) -> bool:
     k = info(m.k)
     if q is None or v is None or k is None or out is None or m.scale <= 0:
         return False
-    if not (q.dtype == k.dtype == v.dtype == out.dtype) or q.dtype not in _WIDTH:
+    if not (q.dtype == k.dtype == v.dtype == out.dtype) or q.dtype not in FLOAT_WIDTH:
         return False
     if not (q.rank == len(k_shape) == v.rank == out.rank):
         return False
     if list(q.shape[:-2]) != list(k_shape[:-2]) or q.shape[:-2] != v.shape[:-2]:
         return False
     return k_shape[-2] == v.shape[-2] and k_shape[-1] == q.shape[-1]
-
-
-def _uses_inside(ops, root) -> bool:
-    """Every intermediate is used only inside the attention (else it would be computed twice)."""
-    inside = {o.operation for o in ops} | {root.operation}
-    for o in ops:
-        if o.operation == root.operation:
-            continue
-        for r in o.results:
-            if any(u.owner.operation not in inside for u in r.uses):
-                return False
-    return True
-
-
-def _float_cast(value):
-    op = defining_op(value, _CASTS)
-    if op is None or info(op.operands[0]) is None or info(value) is None:
-        return None
-    return op if info(op.operands[0]).dtype in _WIDTH and info(value).dtype in _WIDTH else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -397,7 +378,7 @@ def _classify_masks(m: _Match):
     length, source = info(m.q).shape[-2], (m.k_broadcast or list(info(m.k).shape))[-2]
     causal, rest = False, []
     for kind, value, fill in m.masks:
-        arr = _fold(value)
+        arr = fold(value)
         keep = None if arr is None else _keep_array(kind, arr, info(m.q).dtype)
         if keep is not None and keep.all():
             continue
@@ -446,11 +427,7 @@ def _additive(kind: str, value, fill: float, dtype: str):
 
 
 def _scalar(v: float, dtype: str):
-    if dtype == "bf16":
-        import ml_dtypes
-
-        return np.array([v], dtype=np.float32).astype(ml_dtypes.bfloat16)
-    return np.array([v], dtype={"f16": np.float16, "f32": np.float32, "f64": np.float64}[dtype])
+    return np.array([v], dtype=np.float32).astype(numpy_dtype(dtype)) if dtype == "bf16" else np.array([v], dtype=numpy_dtype(dtype))
 
 
 def _broadcast_shape(a, b):
@@ -483,171 +460,6 @@ def _build(m: _Match, root, causal: bool, masks):
         mask = build("torch.aten.view", [mask, torch_int_list(shape)], vtensor_type(shape, dtype))
     return cuvil.attention(root.result.type, m.q, k, m.v, mask, scale=m.scale, is_causal=causal)
 
-
-# ---------------------------------------------------------------------------------------
-# Constant folding of mask expressions (numpy): HF's masking utils build their masks from
-# aranges, compares, cumsum and indexing; torch.export turns triu/tril into arange compares.
-
-_FOLD_LIMIT = 1 << 20  # elements: larger masks are left as they are
-_NUMPY = {"i1": "bool", "si64": "int64", "si32": "int32", "si8": "int8", "ui8": "uint8", "f16": "float16", "f32": "float32", "f64": "float64"}
-
-
-def _fold(value):
-    """The numpy value of ``value`` when it is computed from constants only by the ops
-    ``_FOLDERS`` knows (None otherwise). Shared subexpressions are folded once."""
-    return _fold_value(value, 48, {})
-
-
-def _fold_value(value, depth: int, memo: dict):
-    if value in memo:
-        return memo[value]
-    t = info(value)
-    op = defining_op(value)
-    fold = _FOLDERS.get(op_name(op)) if op is not None else None
-    arr = None
-    if fold is not None and t is not None and t.dtype in _NUMPY and all(d >= 0 for d in t.shape) \
-            and math.prod(t.shape) <= _FOLD_LIMIT and depth > 0:
-        try:
-            arr = fold(op, lambda v: _fold_value(v, depth - 1, memo))
-        except (ValueError, IndexError, TypeError, OverflowError):
-            arr = None
-        if arr is not None:
-            arr = np.asarray(arr)
-            arr = arr.astype(_NUMPY[t.dtype]) if arr.shape == tuple(t.shape) else None
-    memo[value] = arr
-    return arr
-
-
-def _operands(op, sub):
-    arrays = [sub(v) for v in op.operands]
-    return None if any(a is None for a in arrays) else arrays
-
-
-def _num(value, sub):
-    """A number operand: a torch constant or a folded tensor."""
-    c = const_float(value)
-    if c is not None:
-        return int(c) if defining_op(value, "torch.constant.int") is not None else c
-    return sub(value) if str(value.type).startswith("!torch.vtensor") else None
-
-
-def _binary(fn):
-    def fold(op, sub):
-        a, b = _num(op.operands[0], sub), _num(op.operands[1], sub)
-        return None if a is None or b is None else fn(a, b)
-
-    return fold
-
-
-def _with_alpha(sign):
-    def fold(op, sub):
-        a, b, alpha = _num(op.operands[0], sub), _num(op.operands[1], sub), const_float(op.operands[2])
-        if a is None or b is None or alpha is None:
-            return None
-        return a + sign * (b * alpha if alpha != 1 else b)
-
-    return fold
-
-
-def _fold_arange(op, sub):
-    ints = [const_int(v) for v in op.operands]
-    name = op_name(op)
-    if name == "torch.aten.arange":
-        start, end, step = 0, ints[0], 1
-    elif name == "torch.aten.arange.start":
-        start, end, step = ints[0], ints[1], 1
-    else:
-        start, end, step = ints[:3]
-    if None in (start, end, step):
-        return None
-    return np.arange(start, end, step)
-
-
-def _fold_slice(op, sub):
-    x = sub(op.operands[0])
-    dim, start, end, step = (None if is_none(v) else const_int(v) for v in op.operands[1:5])
-    if x is None or dim is None or (step or 1) < 1:
-        return None
-    index = [slice(None)] * x.ndim
-    index[dim] = slice(start, end, step)
-    return x[tuple(index)]
-
-
-def _fold_where(op, sub):
-    c, a, b = (_num(v, sub) for v in op.operands)
-    return None if c is None or a is None or b is None else np.where(c, a, b)
-
-
-def _fold_list(value, sub):
-    op = defining_op(value, "torch.prim.ListConstruct")
-    return None if op is None else _operands(op, sub)
-
-
-def _fold_index(op, sub):
-    x, idx = sub(op.operands[0]), _fold_list(op.operands[1], sub)
-    return None if x is None or idx is None else x[tuple(idx)]
-
-
-def _fold_cat(op, sub):
-    parts, dim = _fold_list(op.operands[0], sub), const_int(op.operands[1])
-    return None if parts is None or dim is None else np.concatenate(parts, axis=dim)
-
-
-def _fold_cumsum(op, sub):
-    x, dim = sub(op.operands[0]), const_int(op.operands[1])
-    return None if x is None or dim is None else np.cumsum(x, axis=dim)
-
-
-def _fold_same_shape(op, sub):
-    """view / reshape / broadcast / casts: the result's shape and dtype come from its type."""
-    x = sub(op.operands[0])
-    if x is None:
-        return None
-    shape = tuple(info(op.result).shape)
-    if op_name(op) in ("torch.aten.broadcast_to", "torch.aten.expand"):
-        return np.broadcast_to(x, shape)
-    if op_name(op) in ("torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view", "torch.aten.unsqueeze"):
-        return x.reshape(shape)
-    return x  # a cast: _fold converts to the result dtype
-
-
-def _fold_tri(fn):
-    def fold(op, sub):
-        x, diagonal = sub(op.operands[0]), const_int(op.operands[1])
-        return None if x is None or diagonal is None else fn(x, diagonal)
-
-    return fold
-
-
-def _folders():
-    table = {
-        "torch.vtensor.literal": lambda op, sub: literal_array(op.result),
-        "torch.aten.arange": _fold_arange, "torch.aten.arange.start": _fold_arange, "torch.aten.arange.start_step": _fold_arange,
-        "torch.aten.slice.Tensor": _fold_slice,
-        "torch.aten.where.self": _fold_where, "torch.aten.where.ScalarOther": _fold_where,
-        "torch.aten.where.ScalarSelf": _fold_where, "torch.aten.where.Scalar": _fold_where,
-        "torch.aten.index.Tensor_hacked_twin": _fold_index, "torch.aten.cat": _fold_cat, "torch.aten.cumsum": _fold_cumsum,
-        "torch.aten.add.Tensor": _with_alpha(1), "torch.aten.add.Scalar": _with_alpha(1),
-        "torch.aten.sub.Tensor": _with_alpha(-1), "torch.aten.sub.Scalar": _with_alpha(-1),
-        "torch.aten.mul.Tensor": _binary(np.multiply), "torch.aten.mul.Scalar": _binary(np.multiply),
-        "torch.aten.logical_not": lambda op, sub: None if sub(op.operands[0]) is None else ~sub(op.operands[0]).astype(bool),
-        "torch.aten.bitwise_not": lambda op, sub: None if sub(op.operands[0]) is None else np.invert(sub(op.operands[0])),
-        "torch.aten.triu": _fold_tri(np.triu), "torch.aten.tril": _fold_tri(np.tril),
-    }
-    for name, fn in (("eq", np.equal), ("ne", np.not_equal), ("ge", np.greater_equal), ("gt", np.greater),
-                     ("le", np.less_equal), ("lt", np.less)):
-        table[f"torch.aten.{name}.Tensor"] = table[f"torch.aten.{name}.Scalar"] = _binary(fn)
-    for name, fn in (("and", np.logical_and), ("or", np.logical_or), ("xor", np.logical_xor)):
-        table[f"torch.aten.logical_{name}"] = _binary(fn)
-    for name, fn in (("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor)):
-        table[f"torch.aten.bitwise_{name}.Tensor"] = _binary(fn)
-    for name in ("view", "reshape", "_unsafe_view", "unsqueeze", "broadcast_to", "expand", "to.dtype"):
-        table[f"torch.aten.{name}"] = _fold_same_shape
-    table["torch.prims.convert_element_type"] = _fold_same_shape
-    return table
-
-
-_FOLDERS = _folders()
 
 
 # ---------------------------------------------------------------------------------------

@@ -24,26 +24,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from cuvil_mlir.core.tensor_types import FLOAT_WIDTH, numpy_dtype
 from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.lowering.common import CASTS, conv_attributes
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.patterns import PatternSet, const_float, defining_op, has_one_use, info, literal, literal_array
 
 patterns = PatternSet("fuse-conv-bn", description="conv2d + per-channel affine chain (inference batch norm) -> conv2d with folded weights")
 
-_FLOATS = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
-_CASTS = ("torch.aten.to.dtype", "torch.prims.convert_element_type")
 _BINARY = ("torch.aten.add.Tensor", "torch.aten.sub.Tensor", "torch.aten.mul.Tensor", "torch.aten.div.Tensor")
 _SCALAR = ("torch.aten.add.Scalar", "torch.aten.sub.Scalar", "torch.aten.mul.Scalar", "torch.aten.div.Scalar")
-_CHAIN_OPS = _BINARY + _SCALAR + _CASTS
+_CHAIN_OPS = _BINARY + _SCALAR + CASTS
 
 
 def _round_to(array, dtype: str):
     """``array`` rounded to the vtensor dtype (as torch would store it), back in float64."""
-    if dtype == "bf16":
-        import ml_dtypes
-
-        return np.asarray(array).astype(ml_dtypes.bfloat16).astype(np.float64)
-    return np.asarray(array).astype(_FLOATS[dtype]).astype(np.float64) if dtype in _FLOATS else None
+    return np.asarray(array).astype(numpy_dtype(dtype)).astype(np.float64) if dtype in FLOAT_WIDTH else None
 
 
 def constant_value(value, depth: int = 0):
@@ -51,7 +47,7 @@ def constant_value(value, depth: int = 0):
     reciprocal/rsqrt/neg/casts/arithmetic of constants) as float64 numpy, else None."""
     t = info(value)
     op = defining_op(value)
-    if op is None or t is None or depth > 16 or t.dtype not in (*_FLOATS, "bf16"):
+    if op is None or t is None or depth > 16 or t.dtype not in FLOAT_WIDTH:
         return None
     name = op.operation.name
     if name == "torch.vtensor.literal":
@@ -67,7 +63,7 @@ def constant_value(value, depth: int = 0):
         with np.errstate(all="ignore"):
             out = {"torch.aten.sqrt": np.sqrt, "torch.aten.rsqrt": lambda a: 1 / np.sqrt(a),
                    "torch.aten.reciprocal": lambda a: 1 / a, "torch.aten.neg": np.negative}[name](x)
-    elif name in _CASTS:
+    elif name in CASTS:
         out = x
     elif name in _SCALAR or name in _BINARY:
         other = const_float(op.operands[1]) if name in _SCALAR else constant_value(op.operands[1], depth + 1)
@@ -101,8 +97,8 @@ def _step(op, channels: int):
     if name not in _CHAIN_OPS:
         return None
     x = op.operands[0]
-    if name in _CASTS:
-        return (x, 1.0, 0.0) if info(op.result) is not None and info(op.result).dtype in (*_FLOATS, "bf16") else None
+    if name in CASTS:
+        return (x, 1.0, 0.0) if info(op.result) is not None and info(op.result).dtype in FLOAT_WIDTH else None
     if name in _SCALAR:
         s = const_float(op.operands[1])
         alpha = const_float(op.operands[2]) if name in ("torch.aten.add.Scalar", "torch.aten.sub.Scalar") else 1.0
@@ -152,7 +148,7 @@ def _match(root):
         # y = scale * (s * x + t) + shift: walking from the chain's end toward the conv, each step
         # is substituted inside the affine map built so far
         scale, shift = scale * s, shift + scale * t
-        affine_steps += op.operation.name not in _CASTS
+        affine_steps += op.operation.name not in CASTS
         if not has_one_use(x):
             return None
         producer = defining_op(x)
@@ -198,20 +194,10 @@ def conv_bn(op, rewriter):
     dtype = info(conv.result).dtype
     w = np.asarray(literal_array(conv.weight)).astype(np.float64)
     b = np.zeros(len(scale)) if conv.bias is None else np.asarray(literal_array(conv.bias)).astype(np.float64)
-    np_dtype = _FLOATS.get(dtype)
-    if np_dtype is None:
-        import ml_dtypes
-
-        np_dtype = ml_dtypes.bfloat16
+    np_dtype = numpy_dtype(dtype)
     new_w = literal((w * scale.reshape(-1, 1, 1, 1)).astype(np_dtype), dtype)
     new_b = literal((b * scale + shift).astype(np_dtype), dtype)
-    return cuvil.conv2d(
-        op.result.type, conv.input, new_w, new_b,
-        stride=list(ir.DenseI64ArrayAttr(conv.attributes["stride"])),
-        padding=list(ir.DenseI64ArrayAttr(conv.attributes["padding"])),
-        dilation=list(ir.DenseI64ArrayAttr(conv.attributes["dilation"])),
-        groups=ir.IntegerAttr(conv.attributes["groups"]).value,
-    )
+    return cuvil.conv2d(op.result.type, conv.input, new_w, new_b, **conv_attributes(conv))
 
 
 def _bn_model(rng, *, conv_bias=True, groups=1, dtype=None, training=False, affine=True):

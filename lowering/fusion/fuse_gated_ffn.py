@@ -15,7 +15,7 @@ Test: tests/lowering/fusion/fuse-gated-ffn.mlir.
 from __future__ import annotations
 
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.lowering.fusion.fuse_horizontal import concat_biases, concat_rows, constant_array
+from cuvil_mlir.lowering.common import concat_biases, concat_rows, constant_array
 from cuvil_mlir.core.patterns import (
     PatternSet, const_int, const_str, defining_op, has_one_use, info, is_constant_tensor, literal, num_uses,
 )

@@ -13,11 +13,9 @@ from __future__ import annotations
 from functools import cmp_to_key
 
 from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.lowering.common import concat_biases, concat_rows, constant_array
 from cuvil_mlir.core.ir import ir
-from cuvil_mlir.core.patterns import (
-    PatternSet, build, defining_op, info, is_constant_tensor, literal, literal_array, torch_int, transposed_2d_source,
-    vtensor_type,
-)
+from cuvil_mlir.core.patterns import PatternSet, build, defining_op, info, is_constant_tensor, torch_int, vtensor_type
 
 patterns = PatternSet("fuse-horizontal", description="cuvil.linears reading the same input -> one linear + slices")
 
@@ -99,44 +97,6 @@ def _available_before(value, op) -> bool:
             return producer.operation.is_before_in_block(anchor)
         anchor = anchor.parent
     return False
-
-
-# Constant concatenation, shared with fuse-gated-ffn.
-
-
-def constant_array(value):
-    """The numpy value of a literal or of a 2-D transpose of one (as raised ``mm`` weights are)."""
-    array = literal_array(value)
-    if array is not None:
-        return array
-    source = transposed_2d_source(value)
-    array = literal_array(source) if source is not None else None
-    return None if array is None else array.T
-
-
-def concat_rows(values):
-    """The constant tensors ``values`` stacked along dim 0: one new literal when all can be
-    read, else an ``aten.cat`` of them (constant too: IREE evaluates it at compile time)."""
-    t = info(values[0])
-    shape = [sum(info(v).shape[0] for v in values), *t.shape[1:]]
-    arrays = [constant_array(v) for v in values]
-    if all(a is not None for a in arrays):
-        import numpy as np
-
-        return literal(np.concatenate(arrays, axis=0), dtype=t.dtype)
-    parts = build("torch.prim.ListConstruct", list(values), ir.Type.parse("!torch.list<vtensor>"))
-    return build("torch.aten.cat", [parts, torch_int(0)], vtensor_type(shape, t.dtype))
-
-
-def concat_biases(biases, rows):
-    """The biases stacked (a missing one as zeros of its ``rows``), or None if all are missing."""
-    if all(b is None for b in biases):
-        return None
-    import numpy as np
-
-    dtype = next(info(b).dtype for b in biases if b is not None)
-    return concat_rows([b if b is not None else literal(np.zeros(n, dtype=np.float32), dtype=dtype) for b, n in zip(biases, rows)])
-
 
 
 # Examples for the differential checker (cuvil_mlir.eval.pattern_check).

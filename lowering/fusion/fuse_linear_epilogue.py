@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.lowering.common import draw_dim
 from cuvil_mlir.core.patterns import (
     PatternSet, build, const_float, const_str, defining_op, has_one_use, info, is_constant_tensor, literal_array, num_uses,
 )
@@ -256,17 +257,11 @@ def gelu_formula_epilogue(op, rewriter):
 # separate ops after the raised linear/conv2d.
 
 
-def _dim(rng, low: int, high: int) -> int:
-    """A size in [low, high], the edges drawn as often as the inside."""
-    pick = int(rng.integers(0, 4))
-    return low if pick == 0 else high if pick == 1 else int(rng.integers(low, high + 1))
-
-
 def _params(rng, bias_shape=None):
     """A module holding a weight ``w`` [K, N] and a bias ``b`` [N] (constants after export)."""
     import torch
 
-    k, n = _dim(rng, 1, 24), _dim(rng, 1, 20)
+    k, n = draw_dim(rng, 1, 24), draw_dim(rng, 1, 20)
     module = torch.nn.Module()
     module.w = torch.nn.Parameter(torch.randn(k, n) / math.sqrt(k))
     module.b = torch.nn.Parameter(torch.randn(*(bias_shape(n) if bias_shape else (n,))))
@@ -287,7 +282,7 @@ def _program(rng, body, *, rank: int = 2, bias_shape=None):
         def forward(self, x):
             return body(self.params, x)
 
-    shape = (_dim(rng, 1, 5), k) if rank == 2 else (_dim(rng, 1, 3), _dim(rng, 1, 5), k)
+    shape = (draw_dim(rng, 1, 5), k) if rank == 2 else (draw_dim(rng, 1, 3), draw_dim(rng, 1, 5), k)
     return Program().eval(), (torch.randn(*shape),)
 
 
@@ -335,9 +330,9 @@ def _bias_add_product_also_returned(rng):
 def _linear_then(rng, act, *, bias=True, rank: int = 3):
     import torch
 
-    d_in, d_out = _dim(rng, 1, 32), _dim(rng, 1, 24)
+    d_in, d_out = draw_dim(rng, 1, 32), draw_dim(rng, 1, 24)
     model = torch.nn.Sequential(torch.nn.Linear(d_in, d_out, bias=bias), act).eval()
-    shape = (_dim(rng, 1, 4), d_in) if rank == 2 else (_dim(rng, 1, 3), _dim(rng, 1, 5), d_in)
+    shape = (draw_dim(rng, 1, 4), d_in) if rank == 2 else (draw_dim(rng, 1, 3), draw_dim(rng, 1, 5), d_in)
     return model, (torch.randn(*shape) * float(rng.choice([0.3, 1.0, 3.0])),)
 
 
@@ -345,9 +340,9 @@ def _conv_then(rng, act):
     import torch
 
     groups = int(rng.choice([1, 2]))
-    c_in, c_out = groups * _dim(rng, 1, 3), groups * _dim(rng, 1, 4)
+    c_in, c_out = groups * draw_dim(rng, 1, 3), groups * draw_dim(rng, 1, 4)
     model = torch.nn.Sequential(torch.nn.Conv2d(c_in, c_out, 3, padding=1, groups=groups), act).eval()
-    return model, (torch.randn(1, c_in, _dim(rng, 3, 8), _dim(rng, 3, 8)) * 3.0,)
+    return model, (torch.randn(1, c_in, draw_dim(rng, 3, 8), draw_dim(rng, 3, 8)) * 3.0,)
 
 
 @patterns.example("relu_epilogue")
@@ -368,21 +363,21 @@ def _conv_relu(rng):
 def _relu_after_a_dtype_change(rng):
     import torch
 
-    lin = torch.nn.Linear(_dim(rng, 1, 16), _dim(rng, 1, 16))
-    return (lambda x: torch.relu(lin(x).double())), (torch.randn(_dim(rng, 1, 4), lin.in_features),)
+    lin = torch.nn.Linear(draw_dim(rng, 1, 16), draw_dim(rng, 1, 16))
+    return (lambda x: torch.relu(lin(x).double())), (torch.randn(draw_dim(rng, 1, 4), lin.in_features),)
 
 
 @patterns.example("relu_epilogue", matches=False)
 def _relu_linear_also_returned(rng):
     import torch
 
-    lin = torch.nn.Linear(_dim(rng, 1, 16), _dim(rng, 1, 16))
+    lin = torch.nn.Linear(draw_dim(rng, 1, 16), draw_dim(rng, 1, 16))
 
     def both(x):
         y = lin(x)
         return torch.relu(y), y
 
-    return both, (torch.randn(_dim(rng, 1, 4), lin.in_features),)
+    return both, (torch.randn(draw_dim(rng, 1, 4), lin.in_features),)
 
 
 @patterns.example("silu_epilogue")
@@ -482,8 +477,8 @@ def _linear_times_sigmoid(rng):
 def _times_sigmoid_of_another_value(rng):
     import torch
 
-    lin = torch.nn.Linear(_dim(rng, 1, 16), _dim(rng, 1, 16))
-    return (lambda x: lin(x) * torch.sigmoid(lin(x) * 2.0)), (torch.randn(_dim(rng, 1, 4), lin.in_features),)
+    lin = torch.nn.Linear(draw_dim(rng, 1, 16), draw_dim(rng, 1, 16))
+    return (lambda x: lin(x) * torch.sigmoid(lin(x) * 2.0)), (torch.randn(draw_dim(rng, 1, 4), lin.in_features),)
 
 
 def _erf_gelu(y):

@@ -41,18 +41,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from cuvil_mlir.core.tensor_types import FLOAT_WIDTH, numpy_dtype
 from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.lowering.common import CASTS, convert, float_cast, uses_inside
 from cuvil_mlir.core.patterns import (
     PatternSet, build, const_bool, const_float, const_int_list, defining_op, info, is_none, literal,
-    literal_array, num_uses, op_name, torch_int, torch_int_list, vtensor_type,
+    literal_array, num_uses, op_name, torch_int_list, vtensor_type,
 )
 
 patterns = PatternSet("fuse-norms", description="hand-written RMSNorm / LayerNorm -> cuvil.norm")
 
-_CASTS = ("torch.aten.to.dtype", "torch.prims.convert_element_type")
-_WIDTH = {"bf16": 16, "f16": 16, "f32": 32, "f64": 64}
 _EXACT = {("f16", "f32"), ("f16", "f64"), ("bf16", "f32"), ("bf16", "f64"), ("f32", "f64")}  # lossless conversions
-_TORCH_DTYPE = {"f16": 5, "f32": 6, "f64": 7, "bf16": 15}
 
 
 @dataclass
@@ -122,7 +121,7 @@ def _match_at(op, kind: str) -> _Match | None:
         m = _weighted(op, kind)
     if m is None and name in ("torch.aten.mul.Tensor", "torch.aten.div.Tensor"):
         m = _core(op.result, kind)
-    if m is None or not _uses_inside(m, op):
+    if m is None or not uses_inside(m.ops, op):
         return None
     return m
 
@@ -138,22 +137,10 @@ def _grows_into_user(op, kind: str) -> bool:
         bigger = _match_at(user, kind)
         if bigger is not None and any(o.operation == op.operation for o in bigger.ops):
             return True
-        if op_name(user) not in _CASTS:
+        if op_name(user) not in CASTS:
             return False
         value = user.result
     return False
-
-
-def _uses_inside(m: _Match, root) -> bool:
-    """Every intermediate is used only inside the norm (else fusing would compute it twice)."""
-    inside = {o.operation for o in m.ops} | {root.operation}
-    for o in m.ops:
-        if o.operation == root.operation:
-            continue
-        for r in o.results:
-            if any(u.owner.operation not in inside for u in r.uses):
-                return False
-    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -194,11 +181,11 @@ def _affine(op) -> _Match | None:
 
 def _below_cast(value, kind: str) -> _Match | None:
     """The normalization ``value`` is, or is a float cast of (to a type no wider than its own)."""
-    cast = _float_cast(value)
+    cast = float_cast(value)
     m = _core(cast.operands[0] if cast is not None else value, kind)
     if m is None or cast is None:
         return m
-    if _WIDTH[info(cast.result).dtype] > _WIDTH[m.dtype]:
+    if FLOAT_WIDTH[info(cast.result).dtype] > FLOAT_WIDTH[m.dtype]:
         return None  # an upcast after the norm: the weight would be rounded to the narrower type
     m.cast = cast
     m.ops.append(cast)
@@ -209,7 +196,7 @@ def _param_fits(p, m: _Match) -> bool:
     """A weight/bias of the normalized shape (leading 1s allowed) whose dtype converts exactly
     to the norm's."""
     t = info(p)
-    if t is None or t.dtype not in _WIDTH or not (t.dtype == m.dtype or (t.dtype, m.dtype) in _EXACT):
+    if t is None or t.dtype not in FLOAT_WIDTH or not (t.dtype == m.dtype or (t.dtype, m.dtype) in _EXACT):
         return False
     k = len(m.shape)
     return k <= t.rank <= info(m.x).rank and list(t.shape[t.rank - k:]) == m.shape and all(d == 1 for d in t.shape[:t.rank - k])
@@ -269,7 +256,7 @@ def _variance(value, x, dims):
     """Ops of ``value = mean((x - mean(x))², dims)``, possibly of x upcast and cast back (the
     importer's form of aten.var / var_mean with correction 0); None if it is not."""
     ops = []
-    cast = _float_cast(value)
+    cast = float_cast(value)
     if cast is not None:
         ops.append(cast)
         value = cast.operands[0]
@@ -290,7 +277,7 @@ def _variance(value, x, dims):
 def _normalized_shape(x, dims) -> list[int] | None:
     """x's sizes at ``dims`` if they are its trailing dims (static, float x)."""
     t = info(x)
-    if t is None or t.dtype not in _WIDTH or dims != list(range(t.rank - len(dims), t.rank)):
+    if t is None or t.dtype not in FLOAT_WIDTH or dims != list(range(t.rank - len(dims), t.rank)):
         return None
     return [t.shape[d] for d in dims]
 
@@ -395,7 +382,7 @@ def _reduced_dims(src, dims, keepdim, dtype):
     """Sorted non-negative dims of a reduction over static dims of a float tensor, or None.
     keepdim false is accepted only where it does not change the broadcast (kept dims all 1)."""
     t, d, keep = info(src), const_int_list(dims), const_bool(keepdim)
-    if t is None or t.dtype not in _WIDTH or not d or keep is None or not is_none(dtype):
+    if t is None or t.dtype not in FLOAT_WIDTH or not d or keep is None or not is_none(dtype):
         return None
     if any(not -t.rank <= i < t.rank for i in d):
         return None
@@ -430,17 +417,9 @@ def _centered(value):
     return x, mean[1], [op, *mean[2]]
 
 
-def _float_cast(value):
-    """The cast op (to.dtype / convert_element_type) between float types defining ``value``."""
-    op = defining_op(value, _CASTS)
-    if op is None or info(op.operands[0]) is None or info(value) is None:
-        return None
-    return op if info(op.operands[0]).dtype in _WIDTH and info(value).dtype in _WIDTH else None
-
-
 def _upcast_source(value):
     """v when ``value`` is a lossless float upcast of v (f16/bf16 -> f32/f64, f32 -> f64)."""
-    cast = _float_cast(value)
+    cast = float_cast(value)
     if cast is None or (info(cast.operands[0]).dtype, info(value).dtype) not in _EXACT:
         return None
     return cast.operands[0]
@@ -489,7 +468,7 @@ def _as_param(value, shape, dtype: str):
     if list(t.shape) != shape:
         value = build("torch.aten.view", [value, torch_int_list(shape)], vtensor_type(shape, t.dtype))
     if t.dtype != dtype:
-        value = build("torch.prims.convert_element_type", [value, torch_int(_TORCH_DTYPE[dtype])], vtensor_type(shape, dtype))
+        value = convert(value, dtype)
     return value
 
 
@@ -502,24 +481,16 @@ def _constant_array(value):
     if arr is not None:
         return arr
     op = defining_op(value)
-    if op_name(op) in _CASTS and _float_cast(value) is not None:
+    if op_name(op) in CASTS and float_cast(value) is not None:
         base = _constant_array(op.operands[0])
-        return None if base is None else base.astype(_numpy_dtype(info(value).dtype))
+        return None if base is None else base.astype(numpy_dtype(info(value).dtype))
     if op_name(op) == "torch.aten.add.Scalar":
         base = _constant_array(op.operands[0])
         c, alpha = const_float(op.operands[1]), const_float(op.operands[2])
         if base is None or c is None or alpha is None or info(value) is None:
             return None
-        return (np.asarray(base, dtype=np.float64) + c * alpha).astype(_numpy_dtype(info(value).dtype))
+        return (np.asarray(base, dtype=np.float64) + c * alpha).astype(numpy_dtype(info(value).dtype))
     return None
-
-
-def _numpy_dtype(dtype: str):
-    if dtype == "bf16":
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return {"f16": "float16", "f32": "float32", "f64": "float64"}[dtype]
 
 
 # ---------------------------------------------------------------------------------------

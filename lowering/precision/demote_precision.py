@@ -19,23 +19,24 @@ An elementwise op that feeds a kept op stays fp32 as well (the squares of a hand
 RMSNorm would overflow f16). ``keep_paths`` keeps every op of the named nn.Modules (the
 module path torch.export records in each op's location, ``cuvil_mlir.core.diagnostics.module_path``):
 an entry matches a module path that equals it or ends with ``.<entry>``; ``*`` is a wildcard
-(``lm_head``, ``h.0.attn``, ``h.0.*``; ``<forward>`` names the ops of the model's own forward). Only f32 ops are demoted; an op with a constant weight
+(``lm_head``, ``h.0.attn``, ``h.0.*``; ``<forward>`` names the ops of the model's own forward;
+lowering/common.py ``path_matches``). Only f32 ops are demoted; an op with a constant weight
 beyond the f16 range (65504) stays f32 under f16. List options are separated by ``:``
 in a pass spec (``keep=softmax:norm``).
 """
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
+import functools
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-from cuvil_mlir.core.diagnostics import CuvilError, module_path
-from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.core.ir import ir
-from cuvil_mlir.lowering.precision.quantize_weights import constant_weight, conv_attributes, convert
-from cuvil_mlir.core.passes import ConfigurablePass
-from cuvil_mlir.core.patterns import PatternSet, build, defining_op, info, literal, literal_array, vtensor_type
+from cuvil_mlir.core.patterns import PatternSet, defining_op, info, literal, literal_array, vtensor_type
+from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.lowering.common import CASTS, constant_weight, conv_attributes, convert, in_paths
 
 NAME = "demote-precision"
 HALF_DTYPES = ("f16", "bf16")
@@ -59,8 +60,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     "exp": ("torch.aten.exp", "torch.aten.exp2", "torch.aten.expm1"),
     "log": ("torch.aten.log", "torch.aten.log1p", "torch.aten.log2", "torch.aten.log10"),
 }
+Kind = Literal[tuple(KINDS)]  # an op kind: a key of KINDS
 DEFAULT_KEEP = ("softmax", "norm", "reduction", "exp", "log")
-CASTS = ("torch.prims.convert_element_type", "torch.aten.to.dtype")
 # Ops that only move data: a cast sinks through them exactly.
 DATA_MOVEMENT = tuple(f"torch.aten.{n}" for n in (
     "view", "reshape", "permute", "transpose.int", "t", "unsqueeze", "squeeze.dim", "slice.Tensor", "select.int",
@@ -68,22 +69,18 @@ DATA_MOVEMENT = tuple(f"torch.aten.{n}" for n in (
 ))
 
 
-FORWARD = "<forward>"  # the entry that names the ops of the model's own forward (module path "")
+@dataclass(frozen=True)
+class DemotePrecisionOptions:
+    """``dtype``: the 16-bit float type; ``keep``: the op kinds that stay f32 (replacing the
+    default list; none: demote every kind); ``keep_paths``: module paths whose ops all stay f32."""
+
+    dtype: Literal[HALF_DTYPES] = "f16"
+    keep: tuple[Kind, ...] = DEFAULT_KEEP
+    keep_paths: tuple[str, ...] = ()
 
 
-def path_matches(path: str, entries) -> bool:
-    """Whether module path ``path`` is named by one of ``entries`` (equal, a dotted suffix, or
-    an ``fnmatch`` pattern of either; ``<forward>``: the model's own ops). Shared with
-    quantize-weights' ``skip``."""
-    if not path:
-        return FORWARD in entries
-    return any(fnmatchcase(path, e) or fnmatchcase(path, "*." + e) for e in entries)
-
-
-def split_list(value: str) -> tuple[str, ...]:
-    """``"a:b"`` or ``"a,b"`` -> ("a", "b"); ``"none"`` / ``""`` -> ()."""
-    items = tuple(v for v in value.replace(",", ":").split(":") if v)
-    return () if items in ((), ("none",)) else items
+DESCRIPTION = "compute linear/conv/attention/matmul/elementwise ops in f16 or bf16; softmax, norms, reductions, exp, log stay f32"
+patterns = PatternSet(NAME, description=DESCRIPTION, options=DemotePrecisionOptions())
 
 
 # ---------------------------------------------------------------------------------------
@@ -170,142 +167,153 @@ def _generic_demotable(op, half: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------
-# The pass.
+# The patterns. A kind's patterns are registered only where it is demoted (``when``).
 
 
-def make(dtype: str = "f16", keep: str = ":".join(DEFAULT_KEEP), keep_paths: str = "none") -> PatternSet:
-    half = dtype
-    kept_kinds = split_list(keep)
-    kept_paths = split_list(keep_paths)
-    kept_ops = {name for kind in kept_kinds for name in KINDS[kind]}
-    demoted = [k for k in KINDS if k not in kept_kinds]
-    patterns = PatternSet(NAME, description=DESCRIPTION, examples=EXAMPLES)
+def _demoted(kind: str):
+    """Decorator: the pattern for every op of ``kind``, in configurations that demote it."""
 
-    def kept_path(op) -> bool:
-        return bool(kept_paths) and path_matches(module_path(op.location), kept_paths)
+    def decorate(fn):
+        for root in KINDS[kind]:
+            patterns.add(root, name=fn.__name__, when=lambda options: kind not in options.keep)(fn)
+        return fn
 
-    def add(kind: str):
-        def decorate(fn):
-            for root in KINDS[kind]:
-                patterns.add(root, name=fn.__name__)(fn)
-            return fn
-        return decorate if kind in demoted else (lambda fn: fn)
-
-    @add("linear")
-    def demote_linear(op, rewriter):
-        """cuvil.linear(x, W, b) : f32 -> convert(cuvil.linear(x16, W16, b16) : f16, f32)   (W, b literals converted ahead)"""
-        if not (_is_float32(op.input) and _is_float32(op.result)) or kept_path(op):
-            return None
-        if not _weights_fit([op.weight, op.bias], half):
-            return None
-        bias = None if op.bias is None else _weight_to_half(op.bias, half)
-        y = cuvil.linear(_half_type(op.result, half), to_half(op.input, half), _weight_to_half(op.weight, half), bias,
-                         activation=cuvil.activation_of(op))
-        return _widen(y)
-
-    @add("conv2d")
-    def demote_conv2d(op, rewriter):
-        """cuvil.conv2d(x, W, b) : f32 -> convert(cuvil.conv2d(x16, W16, b16) : f16, f32)"""
-        if not (_is_float32(op.input) and _is_float32(op.result)) or kept_path(op):
-            return None
-        if not _weights_fit([op.weight, op.bias], half):
-            return None
-        bias = None if op.bias is None else _weight_to_half(op.bias, half)
-        y = cuvil.conv2d(_half_type(op.result, half), to_half(op.input, half), _weight_to_half(op.weight, half), bias,
-                         **conv_attributes(op), activation=cuvil.activation_of(op))
-        return _widen(y)
-
-    @add("attention")
-    def demote_attention(op, rewriter):
-        """cuvil.attention(q, k, v, mask) : f32 -> convert(cuvil.attention(q16, k16, v16, mask16) : f16, f32)   (i1 mask kept)"""
-        if not all(_is_float32(v) for v in (op.q, op.k, op.v, op.result)) or kept_path(op):
-            return None
-        mask = op.mask
-        if mask is not None and info(mask).dtype not in ("i1", "f32"):
-            return None
-        if mask is not None and info(mask).dtype == "f32":
-            mask = to_half(mask, half)
-        y = cuvil.attention(_half_type(op.result, half), to_half(op.q, half), to_half(op.k, half), to_half(op.v, half),
-                            mask, scale=ir.FloatAttr(op.attributes["scale"]).value,
-                            is_causal=ir.BoolAttr(op.attributes["is_causal"]).value)
-        return _widen(y)
-
-    @add("norm")
-    def demote_norm(op, rewriter):
-        """cuvil.norm(x, w, b) : f32 -> convert(cuvil.norm(x16, w16, b16) : f16, f32)   (only when norm is not kept)"""
-        if op.operation.name != "cuvil.norm":
-            return demote_op(op, rewriter)
-        if not (_is_float32(op.x) and _is_float32(op.result)) or kept_path(op):
-            return None
-        weight = None if op.weight is None else to_half(op.weight, half)
-        bias = None if op.bias is None else to_half(op.bias, half)
-        y = cuvil.norm(_half_type(op.result, half), to_half(op.x, half), weight, bias,
-                       kind=ir.StringAttr(op.attributes["kind"]).value, eps=ir.FloatAttr(op.attributes["eps"]).value,
-                       normalized_shape=list(ir.DenseI64ArrayAttr(op.attributes["normalized_shape"])))
-        return _widen(y)
-
-    def demote_op(op, rewriter):
-        """op(x...) : f32 -> convert(op(x16...) : f16, f32)   (matmul, elementwise, and kinds not kept)"""
-        if not _generic_demotable(op, half) or kept_path(op):
-            return None
-        if op.operation.name in KINDS["elementwise"] and any(use.owner.name in kept_ops for use in op.result.uses):
-            return None  # it feeds a kept op (x*x of a hand-written norm): compute it at the kept op's precision
-        return _demote_generic(op, half)
-
-    for kind in ("matmul", "elementwise", "softmax", "reduction", "exp", "log"):
-        def generic(op, rewriter, _kind=kind):
-            return demote_op(op, rewriter)
-        generic.__doc__ = f"{kind} op(x...) : f32 -> convert(op(x16...) : f16, f32)"
-        add(kind)(_named(generic, f"demote_{kind}"))
-
-    def fold_cast_pair(op, rewriter):
-        """convert(convert(x : f16, f32), f16) -> x   (widening a 16-bit float is exact; to.dtype too)"""
-        inner = defining_op(op.operands[0], CASTS)
-        if inner is None:
-            return None
-        source, middle, out = info(inner.operands[0]), info(op.operands[0]), info(op.result)
-        if source is None or middle is None or out is None:
-            return None
-        if source.dtype not in HALF_DTYPES or out.dtype != source.dtype or middle.dtype not in ("f32", "f64"):
-            return None
-        return inner.operands[0]
-
-    for root in CASTS:
-        patterns.add(root, name="fold_cast_pair")(fold_cast_pair)
-
-    def sink_cast(op, rewriter):
-        """view(convert(x16, f32)) -> convert(view(x16), f32)   (data movement: permute, slice, ... as well)"""
-        if len(op.results) != 1 or not _is_float32(op.result):
-            return None
-        source = _widened_from(op.operands[0], half)
-        if source is None or any(_is_tensor(v) and info(v).dtype.startswith("f") for v in op.operands[1:]):
-            return None
-        attributes = {a.name: a.attr for a in op.attributes}
-        new = ir.Operation.create(op.operation.name, results=[_half_type(op.result, half)],
-                                  operands=[source, *op.operands[1:]], attributes=attributes)
-        return _widen(new.result)
-
-    for root in DATA_MOVEMENT:
-        patterns.add(root, name="sink_cast")(sink_cast)
-    return patterns
+    return decorate
 
 
-def _named(fn, name: str):
-    fn.__name__ = fn.__qualname__ = name
-    return fn
+@functools.cache
+def _kept_ops(keep: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(name for kind in keep for name in KINDS[kind])
 
 
-DESCRIPTION = "compute linear/conv/attention/matmul/elementwise ops in f16 or bf16; softmax, norms, reductions, exp, log stay f32"
-EXAMPLES: list = []  # shared by every configuration (the checker runs the default one: f16)
-_examples = PatternSet(NAME, examples=EXAMPLES)
+def _weighted_operands(op, options: DemotePrecisionOptions):
+    """(x16, W16, b16) of an f32 linear/conv2d to demote (constants as 16-bit literals), else None."""
+    half = options.dtype
+    if not (_is_float32(op.input) and _is_float32(op.result)) or in_paths(op, options.keep_paths):
+        return None
+    if not _weights_fit([op.weight, op.bias], half):
+        return None
+    bias = None if op.bias is None else _weight_to_half(op.bias, half)
+    return to_half(op.input, half), _weight_to_half(op.weight, half), bias
+
+
+@_demoted("linear")
+def demote_linear(op, rewriter, options: DemotePrecisionOptions):
+    """cuvil.linear(x, W, b) : f32 -> convert(cuvil.linear(x16, W16, b16) : f16, f32)   (W, b literals converted ahead)"""
+    operands = _weighted_operands(op, options)
+    if operands is None:
+        return None
+    return _widen(cuvil.linear(_half_type(op.result, options.dtype), *operands, activation=cuvil.activation_of(op)))
+
+
+@_demoted("conv2d")
+def demote_conv2d(op, rewriter, options: DemotePrecisionOptions):
+    """cuvil.conv2d(x, W, b) : f32 -> convert(cuvil.conv2d(x16, W16, b16) : f16, f32)"""
+    operands = _weighted_operands(op, options)
+    if operands is None:
+        return None
+    y = cuvil.conv2d(_half_type(op.result, options.dtype), *operands, **conv_attributes(op), activation=cuvil.activation_of(op))
+    return _widen(y)
+
+
+@_demoted("attention")
+def demote_attention(op, rewriter, options: DemotePrecisionOptions):
+    """cuvil.attention(q, k, v, mask) : f32 -> convert(cuvil.attention(q16, k16, v16, mask16) : f16, f32)   (i1 mask kept)"""
+    half = options.dtype
+    if not all(_is_float32(v) for v in (op.q, op.k, op.v, op.result)) or in_paths(op, options.keep_paths):
+        return None
+    mask = op.mask
+    if mask is not None and info(mask).dtype not in ("i1", "f32"):
+        return None
+    if mask is not None and info(mask).dtype == "f32":
+        mask = to_half(mask, half)
+    y = cuvil.attention(_half_type(op.result, half), to_half(op.q, half), to_half(op.k, half), to_half(op.v, half),
+                        mask, scale=ir.FloatAttr(op.attributes["scale"]).value,
+                        is_causal=ir.BoolAttr(op.attributes["is_causal"]).value)
+    return _widen(y)
+
+
+@_demoted("norm")
+def demote_norm(op, rewriter, options: DemotePrecisionOptions):
+    """cuvil.norm(x, w, b) : f32 -> convert(cuvil.norm(x16, w16, b16) : f16, f32)   (only when norm is not kept)"""
+    if op.operation.name != "cuvil.norm":
+        return _demote_op(op, options)
+    half = options.dtype
+    if not (_is_float32(op.x) and _is_float32(op.result)) or in_paths(op, options.keep_paths):
+        return None
+    weight = None if op.weight is None else to_half(op.weight, half)
+    bias = None if op.bias is None else to_half(op.bias, half)
+    y = cuvil.norm(_half_type(op.result, half), to_half(op.x, half), weight, bias,
+                   kind=ir.StringAttr(op.attributes["kind"]).value, eps=ir.FloatAttr(op.attributes["eps"]).value,
+                   normalized_shape=list(ir.DenseI64ArrayAttr(op.attributes["normalized_shape"])))
+    return _widen(y)
+
+
+def _demote_op(op, options: DemotePrecisionOptions):
+    """op(x...) : f32 -> convert(op(x16...) : f16, f32)   (matmul, elementwise, and kinds not kept)"""
+    half = options.dtype
+    if not _generic_demotable(op, half) or in_paths(op, options.keep_paths):
+        return None
+    if op.operation.name in KINDS["elementwise"] and any(use.owner.name in _kept_ops(options.keep) for use in op.result.uses):
+        return None  # it feeds a kept op (x*x of a hand-written norm): compute it at the kept op's precision
+    return _demote_generic(op, half)
+
+
+def _generic_pattern(kind: str):
+    """The pattern of a kind whose ops are rebuilt as they are (``_demote_op``), named demote_<kind>."""
+
+    def pattern(op, rewriter, options: DemotePrecisionOptions):
+        return _demote_op(op, options)
+
+    pattern.__name__ = pattern.__qualname__ = f"demote_{kind}"
+    pattern.__doc__ = f"{kind} op(x...) : f32 -> convert(op(x16...) : f16, f32)"
+    return pattern
+
+
+for _kind in ("matmul", "elementwise", "softmax", "reduction", "exp", "log"):
+    _demoted(_kind)(_generic_pattern(_kind))
+
+
+def fold_cast_pair(op, rewriter):
+    """convert(convert(x : f16, f32), f16) -> x   (widening a 16-bit float is exact; to.dtype too)"""
+    inner = defining_op(op.operands[0], CASTS)
+    if inner is None:
+        return None
+    source, middle, out = info(inner.operands[0]), info(op.operands[0]), info(op.result)
+    if source is None or middle is None or out is None:
+        return None
+    if source.dtype not in HALF_DTYPES or out.dtype != source.dtype or middle.dtype not in ("f32", "f64"):
+        return None
+    return inner.operands[0]
+
+
+def sink_cast(op, rewriter, options: DemotePrecisionOptions):
+    """view(convert(x16, f32)) -> convert(view(x16), f32)   (data movement: permute, slice, ... as well)"""
+    half = options.dtype
+    if len(op.results) != 1 or not _is_float32(op.result):
+        return None
+    source = _widened_from(op.operands[0], half)
+    if source is None or any(_is_tensor(v) and info(v).dtype.startswith("f") for v in op.operands[1:]):
+        return None
+    attributes = {a.name: a.attr for a in op.attributes}
+    new = ir.Operation.create(op.operation.name, results=[_half_type(op.result, half)],
+                              operands=[source, *op.operands[1:]], attributes=attributes)
+    return _widen(new.result)
+
+
+for _root in CASTS:
+    patterns.add(_root, name="fold_cast_pair")(fold_cast_pair)
+for _root in DATA_MOVEMENT:
+    patterns.add(_root, name="sink_cast")(sink_cast)
+
+
+# ---------------------------------------------------------------------------------------
+# Examples for the differential checker (default options: f16).
+
 RTOL_F16 = 1e-2  # what one demoted op may add, relative to the largest output (max norm)
 
 
-def _lossy(pattern: str, *, matches: bool = True, rtol: float | None = RTOL_F16):
-    return _examples.example(pattern, matches=matches, rtol=rtol)
-
-
-@_lossy("demote_linear")
+@patterns.example("demote_linear", rtol=RTOL_F16)
 def _mlp(rng):
     import torch
 
@@ -313,7 +321,7 @@ def _mlp(rng):
     return torch.nn.Sequential(torch.nn.Linear(d_in, d_out), torch.nn.GELU()).eval(), (torch.randn(int(rng.integers(1, 5)), d_in),)
 
 
-@_lossy("demote_linear", matches=False)
+@patterns.example("demote_linear", matches=False, rtol=RTOL_F16)
 def _half_model(rng):
     """Already f16: nothing to demote."""
     import torch
@@ -322,7 +330,7 @@ def _half_model(rng):
     return torch.nn.Linear(d, d).eval().half(), (torch.randn(3, d).half(),)
 
 
-@_lossy("demote_conv2d")
+@patterns.example("demote_conv2d", rtol=RTOL_F16)
 def _conv(rng):
     import torch
 
@@ -330,7 +338,7 @@ def _conv(rng):
     return torch.nn.Conv2d(c_in, c_out, 3, padding=1).eval(), (torch.randn(1, c_in, 6, 6),)
 
 
-@_lossy("demote_attention")
+@patterns.example("demote_attention", rtol=RTOL_F16)
 def _attention(rng):
     """q, k through a layer norm (kept f32): scores stay in range at every input scale."""
     import torch
@@ -346,7 +354,7 @@ def _attention(rng):
     return attend, (torch.randn(shape), torch.randn(shape), torch.randn(shape))
 
 
-@_lossy("demote_matmul")
+@patterns.example("demote_matmul", rtol=RTOL_F16)
 def _matmul(rng):
     import torch
     import torch.nn.functional as F
@@ -355,7 +363,7 @@ def _matmul(rng):
     return (lambda a, b: torch.matmul(F.layer_norm(a, (k,)), b)), (torch.randn(m, k), torch.randn(k, n))
 
 
-@_lossy("demote_elementwise")
+@patterns.example("demote_elementwise", rtol=RTOL_F16)
 def _elementwise(rng):
     import torch
     import torch.nn.functional as F
@@ -364,7 +372,7 @@ def _elementwise(rng):
     return (lambda x, y: F.silu(x) * 0.5 + torch.tanh(y) - x), (torch.randn(3, n), torch.randn(3, n))
 
 
-@_lossy("demote_elementwise", matches=False)
+@patterns.example("demote_elementwise", matches=False, rtol=RTOL_F16)
 def _integer_add(rng):
     """Integer tensors are not demoted."""
     import torch
@@ -373,7 +381,7 @@ def _integer_add(rng):
     return (lambda a, b: (a + b) * 2), (torch.randint(0, 9, (n,)), torch.randint(0, 9, (n,)))
 
 
-@_lossy("demote_elementwise", matches=False)
+@patterns.example("demote_elementwise", matches=False, rtol=RTOL_F16)
 def _squares_into_mean(rng):
     """x * x feeding a kept reduction (a hand-written norm's sum of squares) stays f32."""
     import torch
@@ -382,7 +390,7 @@ def _squares_into_mean(rng):
     return (lambda x: (x * x).sum(-1, keepdim=True)), (torch.randn(2, n),)
 
 
-@_lossy("fold_cast_pair", rtol=None)
+@patterns.example("fold_cast_pair")
 def _cast_pair(rng):
     """An f16 model that widens and narrows back (exact: folded)."""
     import torch
@@ -391,7 +399,7 @@ def _cast_pair(rng):
     return (lambda x: (x.float().half() * 2).float().half()), (torch.randn(2, n).half(),)
 
 
-@_lossy("fold_cast_pair", matches=False, rtol=None)
+@patterns.example("fold_cast_pair", matches=False)
 def _narrow_then_widen(rng):
     """f32 -> f16 -> f32 rounds: it must stay."""
     import torch
@@ -400,7 +408,7 @@ def _narrow_then_widen(rng):
     return (lambda x: x.half().float() + 1), (torch.randn(2, n),)
 
 
-@_lossy("sink_cast", rtol=None)
+@patterns.example("sink_cast")
 def _linear_view_linear(rng):
     import torch
 
@@ -409,27 +417,4 @@ def _linear_view_linear(rng):
     return (lambda x: fc2(fc1(x).view(x.shape[0], 2, d // 2))), (torch.randn(int(rng.integers(1, 4)), d),)
 
 
-class _DemotePrecisionPass(ConfigurablePass):
-    """``dtype`` is f16 or bf16; ``keep`` kinds of ``KINDS`` (or none), ``keep_paths`` module paths, ``:``-separated."""
-
-    def configure(self, given: dict[str, str]):
-        self.check_known(given)
-        dtype = given.get("dtype", "f16")
-        if dtype not in HALF_DTYPES:
-            raise CuvilError(f"pass '{self.name}': option dtype={dtype} is not one of {', '.join(HALF_DTYPES)}")
-        keep = given.get("keep", ":".join(DEFAULT_KEEP))
-        bad = [k for k in split_list(keep) if k not in KINDS]
-        if bad:
-            raise CuvilError(f"pass '{self.name}': keep={keep}: unknown op kind '{bad[0]}'; kinds: {', '.join(KINDS)} (or none)")
-        return self.make(dtype=dtype, keep=keep, keep_paths=given.get("keep_paths", "none"))
-
-
-PASS = _DemotePrecisionPass(NAME, make, {
-    "dtype": HALF_DTYPES, "keep": (":".join(DEFAULT_KEEP), "none", "softmax:norm"), "keep_paths": ("none", "lm_head"),
-}, DESCRIPTION)
-
-
-# The default configuration at top level, so `cuvil check-patterns lowering/precision/demote_precision.py`
-# checks the pass's patterns (the registry's PASS is what the pipeline runs).
-PATTERNS = make()
-del _examples
+PASS = patterns

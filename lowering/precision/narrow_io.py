@@ -15,16 +15,24 @@ says float16 (the caller passes 16-bit arrays).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
 
-from cuvil_mlir.core.diagnostics import CuvilError
 from cuvil_mlir.core.ir import ir
-from cuvil_mlir.core.passes import ConfigurablePass, FunctionPass
+from cuvil_mlir.core.passes import FunctionPass
 from cuvil_mlir.core.patterns import info, vtensor_type
-
-from cuvil_mlir.lowering.precision.quantize_weights import convert
+from cuvil_mlir.lowering.common import convert
 
 NAME = "narrow-io"
-DTYPES = ("f16", "bf16")
+
+
+@dataclass(frozen=True)
+class NarrowIOOptions:
+    """``dtype``: the 16-bit float type the public functions take and return."""
+
+    dtype: Literal["f16", "bf16"] = "f16"
+
+
 DESCRIPTION = "public functions take and return their f32 tensors as f16/bf16 (casts at entry and before return)"
 
 
@@ -72,23 +80,11 @@ def narrow_function(func, half: str) -> Counter:
     return fired
 
 
-def make(dtype: str = "f16") -> FunctionPass:
-    def run(module: ir.Module) -> Counter:
-        fired = Counter()
-        for func in _public_functions(module):
-            fired += narrow_function(func, dtype)
-        return fired
-
-    return FunctionPass(NAME, run, DESCRIPTION)
+def run(module: ir.Module, options: NarrowIOOptions) -> Counter:
+    fired = Counter()
+    for func in _public_functions(module):
+        fired += narrow_function(func, options.dtype)
+    return fired
 
 
-class _NarrowIOPass(ConfigurablePass):
-    def configure(self, given: dict[str, str]):
-        self.check_known(given)
-        dtype = given.get("dtype", "f16")
-        if dtype not in DTYPES:
-            raise CuvilError(f"pass '{self.name}': option dtype={dtype} is not one of {', '.join(DTYPES)}")
-        return self.make(dtype=dtype)
-
-
-PASS = _NarrowIOPass(NAME, make, {"dtype": DTYPES}, DESCRIPTION)
+PASS = FunctionPass(NAME, run, DESCRIPTION, NarrowIOOptions())

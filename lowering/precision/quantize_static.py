@@ -1,4 +1,4 @@
-"""Pass ``quantize-static``: static int8 for ``cuvil.linear`` / ``cuvil.conv2d`` with constant
+"""Pass ``quantize-static{skip=P}``: static int8 for ``cuvil.linear`` / ``cuvil.conv2d`` with constant
 float weights and a calibrated input range. Test: tests/lowering/precision/quantize-static.mlir.
 
     cuvil.linear(x, W, b) {cuvil.input_range = array<f64: lo, hi>}
@@ -7,17 +7,19 @@ float weights and a calibrated input range. Test: tests/lowering/precision/quant
 An input that is a clamp with constant bounds (``torch.clamp``, ReLU6, Hardtanh) needs no
 calibration: its range is the clamp's.
 
-Weights: symmetric int8 per output channel (``quantize_weights.quantize_per_channel``).
+Weights: symmetric int8 per output channel (lowering/common.py ``quantize_per_channel``).
 Inputs: affine int8 per tensor from the range, widened to include 0 (so that 0, e.g. a
 convolution's padding, is exact): ``scale = (hi - lo) / 255``, ``zero_point = round(-128 -
 lo / scale)``. ``lower-cuvil-to-torch`` turns the quantized ops into an integer matmul
 (``aten._int_mm``, int32 accumulation) or an int32 convolution, then one float rescale.
 
 The range is a discardable attribute, ``cuvil.input_range``, so the pass runs on a file.
-In a compile, ``make_pass(ranges)`` first attaches the ranges of a calibration
+In a compile, ``with_calibration(ranges, options)`` first attaches the ranges of a calibration
 (cuvil_mlir.calibrate) to the ops they were measured at, found by ``quantizable_ops``: the
 linear/conv ops with a constant float weight, in program order, each keyed by its index,
 kind, input shape and weight shape. A calibration that does not fit the module is an error.
+``skip`` (module paths, ``:``-separated, matched as demote-precision's ``keep_paths``) leaves
+the layers of those nn.Modules in float.
 """
 
 from __future__ import annotations
@@ -29,16 +31,26 @@ from typing import Sequence
 import numpy as np
 
 from cuvil_mlir.core.diagnostics import CuvilError, location_text
-from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.core.ir import ir
-from cuvil_mlir.core.passes import ConfigurablePass, FunctionPass
+from cuvil_mlir.core.passes import FunctionPass
 from cuvil_mlir.core.patterns import PatternSet, const_float, defining_op, info, literal, literal_array
-
-from cuvil_mlir.lowering.precision.quantize_weights import constant_weight, conv_attributes, quantize_per_channel
+from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.lowering.common import constant_weight, conv_attributes, in_paths, quantize_per_channel
 
 NAME = "quantize-static"
 RANGE_ATTR = "cuvil.input_range"
 QUANTIZABLE = ("cuvil.linear", "cuvil.conv2d")
+
+
+@dataclass(frozen=True)
+class QuantizeStaticOptions:
+    """``skip``: module paths whose layers stay in float."""
+
+    skip: tuple[str, ...] = ()
+
+
+DESCRIPTION = "static int8 (calibrated input range) for cuvil.linear and cuvil.conv2d"
+patterns = PatternSet(NAME, description=DESCRIPTION, options=QuantizeStaticOptions())
 
 
 @dataclass(frozen=True)
@@ -144,77 +156,56 @@ def _scalar_and_other(op):
     return None, None
 
 
-DESCRIPTION = "static int8 (calibrated input range) for cuvil.linear and cuvil.conv2d"
-EXAMPLES: list = []  # shared by every configuration
-
-
 def _quantized_weight(op):
     w = constant_weight(op.weight)
     q, scale = quantize_per_channel(w)
     return literal(q, "si8"), literal(scale.astype(np.float32), "f32")
 
 
-def make(skip: str = "none") -> PatternSet:
-    """The patterns; ``skip`` (module paths, ``:``-separated, matched as demote-precision's
-    ``keep_paths``) leaves the layers of those nn.Modules in float."""
-    from cuvil_mlir.core.diagnostics import module_path
-    from cuvil_mlir.lowering.precision.demote_precision import path_matches, split_list
-
-    skipped = split_list(skip)
-    patterns = PatternSet(NAME, description=DESCRIPTION, examples=EXAMPLES)
-
-    def quantize(op):
-        """(scale, zero point, Wq, ws) when ``op`` is to be quantized, else None."""
-        bounds = _input_range(op)
-        if bounds is None or not _fits(op) or (skipped and path_matches(module_path(op.location), skipped)):
-            return None
-        return (*input_qparams(*bounds), *_quantized_weight(op))
-
-    @patterns.add("cuvil.linear")
-    def static_linear(op, rewriter):
-        """cuvil.linear(x, W, b) {cuvil.input_range} -> cuvil.qlinear(x, Wq, ws, b) {input_scale, input_zero_point}"""
-        q = quantize(op)
-        if q is None:
-            return None
-        scale, zero_point, wq, ws = q
-        return cuvil.qlinear(op.result.type, op.input, wq, ws, op.bias, input_scale=scale, input_zero_point=zero_point,
-                             activation=cuvil.activation_of(op))
-
-    @patterns.add("cuvil.conv2d")
-    def static_conv2d(op, rewriter):
-        """cuvil.conv2d(x, W, b) {cuvil.input_range} -> cuvil.qconv2d(x, Wq, ws, b) {input_scale, input_zero_point}"""
-        q = quantize(op)
-        if q is None:
-            return None
-        scale, zero_point, wq, ws = q
-        return cuvil.qconv2d(op.result.type, op.input, wq, ws, op.bias, input_scale=scale, input_zero_point=zero_point,
-                             **conv_attributes(op), activation=cuvil.activation_of(op))
-
-    return patterns
+def _quantize(op, options: QuantizeStaticOptions):
+    """(scale, zero point, Wq, ws) when ``op`` is to be quantized, else None."""
+    bounds = _input_range(op)
+    if bounds is None or not _fits(op) or in_paths(op, options.skip):
+        return None
+    return (*input_qparams(*bounds), *_quantized_weight(op))
 
 
-def make_pass(ranges: Sequence[tuple[OpKey, float, float]], skip: str = "none") -> FunctionPass:
+@patterns.add("cuvil.linear")
+def static_linear(op, rewriter, options: QuantizeStaticOptions):
+    """cuvil.linear(x, W, b) {cuvil.input_range} -> cuvil.qlinear(x, Wq, ws, b) {input_scale, input_zero_point}"""
+    q = _quantize(op, options)
+    if q is None:
+        return None
+    scale, zero_point, wq, ws = q
+    return cuvil.qlinear(op.result.type, op.input, wq, ws, op.bias, input_scale=scale, input_zero_point=zero_point,
+                         activation=cuvil.activation_of(op))
+
+
+@patterns.add("cuvil.conv2d")
+def static_conv2d(op, rewriter, options: QuantizeStaticOptions):
+    """cuvil.conv2d(x, W, b) {cuvil.input_range} -> cuvil.qconv2d(x, Wq, ws, b) {input_scale, input_zero_point}"""
+    q = _quantize(op, options)
+    if q is None:
+        return None
+    scale, zero_point, wq, ws = q
+    return cuvil.qconv2d(op.result.type, op.input, wq, ws, op.bias, input_scale=scale, input_zero_point=zero_point,
+                         **conv_attributes(op), activation=cuvil.activation_of(op))
+
+
+PASS = patterns
+
+
+def with_calibration(ranges: Sequence[tuple[OpKey, float, float]], options: QuantizeStaticOptions = QuantizeStaticOptions()) -> FunctionPass:
     """The pass a compile with precision int8 runs: annotate the calibrated ranges, then rewrite
-    (every quantizable op but those of the ``skip`` module paths)."""
+    (every quantizable op but those of ``options.skip``)."""
     ranges = list(ranges)
-    patterns = make(skip)
+    configured = patterns.with_options(options)
 
     def run(module: ir.Module) -> Counter:
         annotate(module, ranges)
-        return patterns.apply(module)
+        return configured.apply(module)
 
-    return FunctionPass(NAME, run, patterns.description)
-
-
-class _QuantizeStaticPass(ConfigurablePass):
-    """``skip``: any ``:``-separated module paths (the listed values are examples)."""
-
-    def configure(self, given: dict[str, str]):
-        self.check_known(given)
-        return self.make(skip=given.get("skip", "none"))
-
-
-PASS = _QuantizeStaticPass(NAME, make, {"skip": ("none", "lm_head")}, DESCRIPTION)
+    return FunctionPass(NAME, run, DESCRIPTION)
 
 
 # ---------------------------------------------------------------------------------------
@@ -223,14 +214,7 @@ PASS = _QuantizeStaticPass(NAME, make, {"skip": ("none", "lm_head")}, DESCRIPTIO
 # largest output), above the ~1e-2 int8 weights and activations give on these layers.
 
 
-_examples = PatternSet(NAME, examples=EXAMPLES)
-
-
-def _lossy(pattern: str, rtol: float, *, matches: bool = True):
-    return _examples.example(pattern, matches=matches, rtol=rtol)
-
-
-@_lossy("static_linear", 0.05)
+@patterns.example("static_linear", rtol=0.05)
 def _clamped_linear(rng):
     import torch
 
@@ -238,7 +222,7 @@ def _clamped_linear(rng):
     return torch.nn.Sequential(torch.nn.Hardtanh(-2.0, 3.0), torch.nn.Linear(d_in, d_out)).eval(), (torch.randn(4, d_in),)
 
 
-@_lossy("static_linear", 0.05, matches=False)
+@patterns.example("static_linear", matches=False, rtol=0.05)
 def _unclamped_linear(rng):
     """No calibration and no clamp: the input range is unknown, nothing to quantize with."""
     import torch
@@ -247,15 +231,9 @@ def _unclamped_linear(rng):
     return torch.nn.Linear(d_in, 5).eval(), (torch.randn(2, d_in),)
 
 
-@_lossy("static_conv2d", 0.05)
+@patterns.example("static_conv2d", rtol=0.05)
 def _clamped_conv(rng):
     import torch
 
     c_in, c_out = int(rng.integers(1, 7)), int(rng.integers(1, 7))
     return torch.nn.Sequential(torch.nn.ReLU6(), torch.nn.Conv2d(c_in, c_out, 3, padding=1)).eval(), (torch.randn(1, c_in, 6, 6),)
-
-
-# The default configuration at top level, so `cuvil check-patterns lowering/precision/quantize_static.py`
-# checks the patterns (the registry's PASS is what cuvil-opt runs).
-PATTERNS = make()
-del _examples

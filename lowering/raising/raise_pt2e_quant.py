@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.core.patterns import PatternSet, const_float, const_int, defining_op, info, literal, literal_array
-
-from cuvil_mlir.lowering.precision.quantize_weights import conv_attributes
+from cuvil_mlir.core.tensor_types import TORCH_DTYPE_CODE
+from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.lowering.common import conv_attributes, pt2e_quantized_layer
 
 NAME = "raise-pt2e-quant"
 QD = "torch.quantized_decomposed."
-INT8, UINT8 = 1, 0  # torch ScalarType codes
+INT8, UINT8 = TORCH_DTYPE_CODE["si8"], TORCH_DTYPE_CODE["ui8"]  # the dtype operand of the quantized_decomposed ops
 
 patterns = PatternSet(NAME, description="PT2E quantize/dequantize pairs around linear/conv -> cuvil.qlinear/qconv2d")
 
@@ -144,56 +144,24 @@ def pt2e_conv2d(op, rewriter):
 
 
 # ---------------------------------------------------------------------------------------
-# Examples: the form convert_pt2e produces, written with the quantized_decomposed ops directly.
-
-
-def _pt2e_module(kind: str, rng, *, weight_zero_point: int = 0):
-    import torch
-    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
-
-    qd = torch.ops.quantized_decomposed
-
-    class Quantized(torch.nn.Module):
-        def __init__(self, layer):
-            super().__init__()
-            self.layer = layer
-            w = layer.weight.detach()
-            scale = w.abs().flatten(1).amax(1).clamp_min(1e-8) / 127
-            shape = (-1,) + (1,) * (w.dim() - 1)
-            self.register_buffer("wq", torch.clamp(torch.round(w / scale.reshape(shape)), -127, 127).to(torch.int8))
-            self.register_buffer("ws", scale)
-            self.register_buffer("wz", torch.full((w.shape[0],), weight_zero_point, dtype=torch.int64))
-            self.sx, self.zx = float(rng.uniform(0.01, 0.05)), int(rng.integers(-20, 20))
-
-        def forward(self, x):
-            xq = qd.quantize_per_tensor(x, self.sx, self.zx, -128, 127, torch.int8)
-            xd = qd.dequantize_per_tensor(xq, self.sx, self.zx, -128, 127, torch.int8)
-            wd = qd.dequantize_per_channel(self.wq, self.ws, self.wz, 0, -127, 127, torch.int8)
-            if isinstance(self.layer, torch.nn.Linear):
-                return torch.nn.functional.linear(xd, wd, self.layer.bias)
-            return torch.nn.functional.conv2d(xd, wd, self.layer.bias, padding=1)
-
-    if kind == "linear":
-        d_in, d_out = int(rng.integers(2, 33)), int(rng.integers(1, 33))
-        return Quantized(torch.nn.Linear(d_in, d_out)).eval(), (torch.randn(3, d_in),)
-    c_in, c_out = int(rng.integers(1, 6)), int(rng.integers(1, 6))
-    return Quantized(torch.nn.Conv2d(c_in, c_out, 3, padding=1)).eval(), (torch.randn(1, c_in, 6, 6),)
+# Examples: the form convert_pt2e produces, written with the quantized_decomposed ops directly
+# (lowering/common.py ``pt2e_quantized_layer``).
 
 
 @patterns.example("pt2e_linear")
 def _pt2e_linear(rng):
-    return _pt2e_module("linear", rng)
+    return pt2e_quantized_layer("linear", rng)
 
 
 @patterns.example("pt2e_linear", matches=False)
 def _pt2e_asymmetric_weight(rng):
     """A weight with non-zero zero points: not the symmetric form qlinear takes."""
-    return _pt2e_module("linear", rng, weight_zero_point=3)
+    return pt2e_quantized_layer("linear", rng, weight_zero_point=3)
 
 
 @patterns.example("pt2e_conv2d")
 def _pt2e_conv2d(rng):
-    return _pt2e_module("conv2d", rng)
+    return pt2e_quantized_layer("conv2d", rng)
 
 
 PASS = patterns

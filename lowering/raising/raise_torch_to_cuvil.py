@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.lowering.common import draw_dim
 from cuvil_mlir.core.patterns import (
     PatternSet, const_bool, const_float, const_int, const_int_list,
     info, is_constant_tensor, is_none, optional_operand, transpose_2d, transposed_2d_source,
@@ -136,12 +137,6 @@ def rms_norm(op, rewriter):
 # Examples for the differential checker: torch programs whose import holds the op.
 
 
-def _dim(rng, low: int, high: int) -> int:
-    """A size in [low, high], the edges drawn as often as the inside."""
-    pick = int(rng.integers(0, 4))
-    return low if pick == 0 else high if pick == 1 else int(rng.integers(low, high + 1))
-
-
 def _weights(rng, k: int, n: int):
     """A module holding ``w`` [K, N] and ``b`` [N] as parameters (literals after import)."""
     import torch
@@ -171,46 +166,46 @@ def _batch_norm_eval(rng):
     """BatchNorm in eval() decomposes with a mul.Scalar by 1 of its inverse std."""
     import torch
 
-    channels = _dim(rng, 1, 6)
+    channels = draw_dim(rng, 1, 6)
     bn = torch.nn.BatchNorm2d(channels)
     with torch.no_grad():
         bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2)
-    return bn.eval(), (torch.randn(1, channels, _dim(rng, 1, 5), _dim(rng, 1, 5)),)
+    return bn.eval(), (torch.randn(1, channels, draw_dim(rng, 1, 5), draw_dim(rng, 1, 5)),)
 
 
 @patterns.example("mul_by_one", matches=False)
 def _mul_by_two(rng):
     import torch
 
-    return (lambda x: torch.mul(x, 2.0)), (torch.randn(_dim(rng, 1, 4), _dim(rng, 1, 6)),)
+    return (lambda x: torch.mul(x, 2.0)), (torch.randn(draw_dim(rng, 1, 4), draw_dim(rng, 1, 6)),)
 
 
 @patterns.example("linear")
 def _nn_linear(rng):
     import torch
 
-    d_in, d_out = _dim(rng, 1, 32), _dim(rng, 1, 24)
+    d_in, d_out = draw_dim(rng, 1, 32), draw_dim(rng, 1, 24)
     model = torch.nn.Linear(d_in, d_out, bias=bool(rng.integers(0, 2))).eval()
-    return model, (torch.randn(_dim(rng, 1, 3), _dim(rng, 1, 5), d_in),)
+    return model, (torch.randn(draw_dim(rng, 1, 3), draw_dim(rng, 1, 5), d_in),)
 
 
 @patterns.example("mm")
 def _x_times_constant(rng):
-    k, n = _dim(rng, 1, 24), _dim(rng, 1, 20)
+    k, n = draw_dim(rng, 1, 24), draw_dim(rng, 1, 20)
     import torch
 
     transposed = bool(rng.integers(0, 2))  # x @ W.t() (a permute of [N, K]) or x @ W ([K, N])
     params = _weights(rng, n if transposed else k, k if transposed else n)
     program = _with(params, (lambda p, x: x @ p.w.t()) if transposed else (lambda p, x: x @ p.w))
-    return program, (torch.randn(_dim(rng, 1, 5), k),)
+    return program, (torch.randn(draw_dim(rng, 1, 5), k),)
 
 
 @patterns.example("mm", matches=False)
 def _product_of_activations(rng):
     import torch
 
-    k = _dim(rng, 1, 16)
-    return (lambda a, b: a @ b), (torch.randn(_dim(rng, 1, 4), k), torch.randn(k, _dim(rng, 1, 6)))
+    k = draw_dim(rng, 1, 16)
+    return (lambda a, b: a @ b), (torch.randn(draw_dim(rng, 1, 4), k), torch.randn(k, draw_dim(rng, 1, 6)))
 
 
 @patterns.example("convolution")
@@ -218,26 +213,26 @@ def _conv2d(rng):
     import torch
 
     groups = int(rng.choice([1, 2]))
-    c_in, c_out, k = groups * _dim(rng, 1, 3), groups * _dim(rng, 1, 4), int(rng.choice([1, 3]))
+    c_in, c_out, k = groups * draw_dim(rng, 1, 3), groups * draw_dim(rng, 1, 4), int(rng.choice([1, 3]))
     conv = torch.nn.Conv2d(c_in, c_out, k, stride=int(rng.choice([1, 2])), padding=k // 2,
                            dilation=int(rng.choice([1, 2])) if k == 3 else 1, groups=groups, bias=bool(rng.integers(0, 2)))
-    return conv.eval(), (torch.randn(1, c_in, _dim(rng, 5, 9), _dim(rng, 5, 9)),)
+    return conv.eval(), (torch.randn(1, c_in, draw_dim(rng, 5, 9), draw_dim(rng, 5, 9)),)
 
 
 @patterns.example("convolution", matches=False)
 def _transposed_conv2d(rng):
     import torch
 
-    c_in, c_out = _dim(rng, 1, 3), _dim(rng, 1, 4)
+    c_in, c_out = draw_dim(rng, 1, 3), draw_dim(rng, 1, 4)
     conv = torch.nn.ConvTranspose2d(c_in, c_out, 3, stride=2)
-    return conv.eval(), (torch.randn(1, c_in, _dim(rng, 2, 5), _dim(rng, 2, 5)),)
+    return conv.eval(), (torch.randn(1, c_in, draw_dim(rng, 2, 5), draw_dim(rng, 2, 5)),)
 
 
 @patterns.example("sdpa")
 def _sdpa(rng):
     import torch
 
-    heads, length, source, d = _dim(rng, 1, 4), _dim(rng, 1, 8), _dim(rng, 1, 8), int(rng.choice([8, 16]))
+    heads, length, source, d = draw_dim(rng, 1, 4), draw_dim(rng, 1, 8), draw_dim(rng, 1, 8), int(rng.choice([8, 16]))
     causal = bool(rng.integers(0, 2)) and length == source
     scale = None if rng.integers(0, 2) else float(rng.uniform(0.05, 0.5))
     q, k, v = torch.randn(2, heads, length, d), torch.randn(2, heads, source, d), torch.randn(2, heads, source, d)
@@ -252,25 +247,25 @@ def _sdpa(rng):
 def _layer_norm(rng):
     import torch
 
-    width = _dim(rng, 1, 48)
+    width = draw_dim(rng, 1, 48)
     norm = torch.nn.LayerNorm(width, elementwise_affine=bool(rng.integers(0, 2)))
     if norm.weight is not None:
         with torch.no_grad():
             norm.weight.normal_(), norm.bias.normal_()
-    return norm.eval(), (torch.randn(_dim(rng, 1, 3), _dim(rng, 1, 5), width),)
+    return norm.eval(), (torch.randn(draw_dim(rng, 1, 3), draw_dim(rng, 1, 5), width),)
 
 
 @patterns.example("rms_norm")
 def _rms_norm(rng):
     import torch
 
-    width = _dim(rng, 1, 48)
+    width = draw_dim(rng, 1, 48)
     # eps=None (torch: finfo(dtype).eps) is raised right, but IREE's own aten.rms_norm takes
     # another default, so "before" would be the wrong side of the comparison on tiny inputs
     norm = torch.nn.RMSNorm(width, eps=float(rng.choice([1e-6, 1e-5])))
     with torch.no_grad():
         norm.weight.normal_()
-    return norm.eval(), (torch.randn(_dim(rng, 1, 3), _dim(rng, 1, 5), width),)
+    return norm.eval(), (torch.randn(draw_dim(rng, 1, 3), draw_dim(rng, 1, 5), width),)
 
 
 PASS = patterns

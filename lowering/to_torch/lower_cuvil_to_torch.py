@@ -10,17 +10,26 @@ Test: tests/lowering/to_torch/lower-cuvil-to-torch.mlir.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import numpy as np
 
-from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.core.ir import ir
-from cuvil_mlir.core.passes import ConfigurablePass
 from cuvil_mlir.core.patterns import (
     PatternSet, build, info, torch_bool, transpose_2d, torch_float, torch_int, torch_int_list, torch_none, torch_str, vtensor_type,
 )
+from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.lowering.common import convert, draw_dim, pt2e_quantized_layer
 
 NAME = "lower-cuvil-to-torch"
-ATTENTION_LOWERINGS = ("sdpa", "decomposed")
+
+
+@dataclass(frozen=True)
+class LowerCuvilToTorchOptions:
+    """``attention``: how ``cuvil.attention`` is lowered (one sdpa op, or matmul/softmax/matmul)."""
+
+    attention: Literal["sdpa", "decomposed"] = "sdpa"
 
 
 def _or_none(value):
@@ -100,7 +109,7 @@ def _rms_norm(x, weight, shape, eps, result_type):
 
 def attention_decomposed(op, rewriter):
     """cuvil.attention(q, k, v, mask) -> matmul(softmax(matmul(q, kᵀ) · scale + mask), v)"""
-    q, k, v = info(op.q), info(op.k), info(op.v)
+    q, k = info(op.q), info(op.k)
     causal = ir.BoolAttr(op.attributes["is_causal"]).value
     length, source = q.shape[-2], k.shape[-2]
     if causal and (length < 0 or source < 0):
@@ -156,13 +165,6 @@ def _apply_mask(scores, mask, scores_type):
 # Static int8 (cuvil.qlinear / cuvil.qconv2d): quantize the input to si8, an integer matmul or
 # convolution with int32 accumulation, then one float multiply by input_scale * weight_scale.
 
-_TORCH_DTYPE = {"si8": 1, "si32": 3, "f16": 5, "f32": 6, "f64": 7, "bf16": 15}
-
-
-def _convert(value, dtype: str):
-    return build("torch.prims.convert_element_type", [value, torch_int(_TORCH_DTYPE[dtype])], vtensor_type(info(value).shape, dtype))
-
-
 def _quantize_input(x, scale: float, zero_point: int):
     """si8 clamp(round(x / scale) + zero_point, -128, 127), computed in x's dtype (as PyTorch's
     quantize_per_tensor: multiply by 1 / scale)."""
@@ -170,7 +172,7 @@ def _quantize_input(x, scale: float, zero_point: int):
     scaled = build("torch.aten.mul.Scalar", [x, torch_float(1.0 / scale)], t)
     shifted = build("torch.aten.add.Scalar", [build("torch.aten.round", [scaled], t), torch_int(zero_point), torch_int(1)], t)
     clamped = build("torch.aten.clamp", [shifted, torch_int(-128), torch_int(127)], t)
-    return _convert(clamped, "si8")
+    return convert(clamped, "si8")
 
 
 def _rescale(acc, op, shape_of_scale):
@@ -179,8 +181,8 @@ def _rescale(acc, op, shape_of_scale):
     dtype = info(op.result).dtype
     channel = build("torch.aten.mul.Scalar", [op.weight_scale, torch_float(scale)], op.weight_scale.type)
     channel = build("torch.aten.view", [channel, torch_int_list(shape_of_scale)], vtensor_type(shape_of_scale, "f32"))
-    y = build("torch.aten.mul.Tensor", [_convert(acc, "f32") if info(acc).dtype != "f32" else acc, channel], vtensor_type(info(acc).shape, "f32"))
-    y = y if dtype == "f32" else _convert(y, dtype)
+    y = build("torch.aten.mul.Tensor", [convert(acc, "f32") if info(acc).dtype != "f32" else acc, channel], vtensor_type(info(acc).shape, "f32"))
+    y = y if dtype == "f32" else convert(y, dtype)
     if op.bias is None:
         return y
     bias = build("torch.aten.view", [op.bias, torch_int_list(shape_of_scale)], vtensor_type(shape_of_scale, dtype))
@@ -196,10 +198,10 @@ def qlinear(op, rewriter):
     q = _quantize_input(op.input, ir.FloatAttr(op.attributes["input_scale"]).value, zero_point)
     q = build("torch.aten.view", [q, torch_int_list(rows)], vtensor_type([_rows(x), k], "si8")) if x.rank != 2 else q
     acc = build("torch.aten._int_mm", [q, transpose_2d(op.weight)], vtensor_type([_rows(x), n], "si32"))
-    acc = _convert(acc, "f32")
+    acc = convert(acc, "f32")
     if zero_point:  # sum_k (q - zp) w = sum_k q w - zp * sum_k w
-        wsum = build("torch.aten.sum.dim_IntList", [_convert(op.weight, "si32"), torch_int_list([1]), torch_bool(False), torch_none()], vtensor_type([n], "si32"))
-        correction = build("torch.aten.mul.Scalar", [_convert(wsum, "f32"), torch_int(zero_point)], vtensor_type([n], "f32"))
+        wsum = build("torch.aten.sum.dim_IntList", [convert(op.weight, "si32"), torch_int_list([1]), torch_bool(False), torch_none()], vtensor_type([n], "si32"))
+        correction = build("torch.aten.mul.Scalar", [convert(wsum, "f32"), torch_int(zero_point)], vtensor_type([n], "f32"))
         acc = build("torch.aten.sub.Tensor", [acc, correction, torch_int(1)], acc.type)
     y = _rescale(acc, op, [1, n])
     full = vtensor_type([*x.shape[:-1], n], info(op.result).dtype)
@@ -224,104 +226,86 @@ def _rows(x) -> int:
 def qconv2d(op, rewriter):
     """cuvil.qconv2d(x, Wq, ws, b) -> act(convolution_i32(quant(x) - zp, Wq) · sx·ws + b)"""
     zero_point = ir.IntegerAttr(op.attributes["input_zero_point"]).value
-    q = _convert(_quantize_input(op.input, ir.FloatAttr(op.attributes["input_scale"]).value, zero_point), "si32")
+    q = convert(_quantize_input(op.input, ir.FloatAttr(op.attributes["input_scale"]).value, zero_point), "si32")
     if zero_point:  # subtract before the convolution: its zero padding then stands for a real 0
         q = build("torch.aten.sub.Scalar", [q, torch_int(zero_point), torch_int(1)], q.type)
     lists = [torch_int_list(list(ir.DenseI64ArrayAttr(op.attributes[n]))) for n in ("stride", "padding", "dilation")]
     groups = torch_int(ir.IntegerAttr(op.attributes["groups"]).value)
     y = info(op.result)
-    operands = [q, _convert(op.weight, "si32"), torch_none(), *lists, torch_bool(False), torch_int_list([0, 0]), groups]
+    operands = [q, convert(op.weight, "si32"), torch_none(), *lists, torch_bool(False), torch_int_list([0, 0]), groups]
     acc = build("torch.aten.convolution", operands, vtensor_type(y.shape, "si32"))
     return _activation(_rescale(acc, op, [1, info(op.weight).shape[0], 1, 1]), cuvil.activation_of(op))
 
 
-def make(attention: str = "sdpa") -> PatternSet:
-    patterns = PatternSet(NAME, description="cuvil ops -> torch ops for IREE's torch input", examples=EXAMPLES)
-    patterns.add("cuvil.linear", name="linear")(linear)
-    patterns.add("cuvil.conv2d", name="conv2d")(conv2d)
-    lower_attention = attention_sdpa if attention == "sdpa" else attention_decomposed
-    patterns.add("cuvil.attention", name="attention")(lower_attention)
-    patterns.add("cuvil.norm", name="norm")(norm)
-    patterns.add("cuvil.qlinear", name="qlinear")(qlinear)
-    patterns.add("cuvil.qconv2d", name="qconv2d")(qconv2d)
-    return patterns
+patterns = PatternSet(NAME, description="cuvil ops -> torch ops for IREE's torch input", options=LowerCuvilToTorchOptions())
+patterns.add("cuvil.linear", name="linear")(linear)
+patterns.add("cuvil.conv2d", name="conv2d")(conv2d)
+patterns.add("cuvil.attention", name="attention", when=lambda options: options.attention == "sdpa")(attention_sdpa)
+patterns.add("cuvil.attention", name="attention", when=lambda options: options.attention == "decomposed")(attention_decomposed)
+patterns.add("cuvil.norm", name="norm")(norm)
+patterns.add("cuvil.qlinear", name="qlinear")(qlinear)
+patterns.add("cuvil.qconv2d", name="qconv2d")(qconv2d)
+PASS = patterns
 
 
 # ---------------------------------------------------------------------------------------
 # Examples for the differential checker: torch programs that reach this pass as the Cuvil op
-# (checked against PyTorch, since the lowering is what makes the Cuvil op runnable). Shared
-# by every configuration of the pass.
-
-EXAMPLES: list = []
-_examples = PatternSet(NAME, examples=EXAMPLES)
+# (checked against PyTorch, since the lowering is what makes the Cuvil op runnable).
 
 
-def _dim(rng, low: int, high: int) -> int:
-    """A size in [low, high], the edges drawn as often as the inside."""
-    pick = int(rng.integers(0, 4))
-    return low if pick == 0 else high if pick == 1 else int(rng.integers(low, high + 1))
-
-
-@_examples.example("linear")
+@patterns.example("linear")
 def _linear_with_epilogue(rng):
     import torch
 
-    d_in, d_out = _dim(rng, 1, 48), _dim(rng, 1, 40)
+    d_in, d_out = draw_dim(rng, 1, 48), draw_dim(rng, 1, 40)
     act = [torch.nn.Identity(), torch.nn.ReLU(), torch.nn.GELU(), torch.nn.SiLU()][int(rng.integers(0, 4))]
     model = torch.nn.Sequential(torch.nn.Linear(d_in, d_out, bias=bool(rng.integers(0, 2))), act).eval()
-    return model, (torch.randn(_dim(rng, 1, 3), _dim(rng, 1, 7), d_in) * float(rng.choice([1e-3, 1.0, 30.0])),)
+    return model, (torch.randn(draw_dim(rng, 1, 3), draw_dim(rng, 1, 7), d_in) * float(rng.choice([1e-3, 1.0, 30.0])),)
 
 
-@_examples.example("conv2d")
+@patterns.example("conv2d")
 def _conv2d(rng):
     import torch
 
     groups = int(rng.choice([1, 2]))
-    c_in, c_out = groups * _dim(rng, 1, 4), groups * _dim(rng, 1, 4)
+    c_in, c_out = groups * draw_dim(rng, 1, 4), groups * draw_dim(rng, 1, 4)
     k = int(rng.choice([1, 3]))
     conv = torch.nn.Conv2d(c_in, c_out, k, stride=int(rng.choice([1, 2])), padding=k // 2, groups=groups)
     model = torch.nn.Sequential(conv, torch.nn.ReLU()).eval()
-    return model, (torch.randn(1, c_in, _dim(rng, 3, 9), _dim(rng, 3, 9)),)
+    return model, (torch.randn(1, c_in, draw_dim(rng, 3, 9), draw_dim(rng, 3, 9)),)
 
 
-@_examples.example("attention")
+@patterns.example("attention")
 def _attention(rng):
     import torch
 
-    heads, length, source, d = _dim(rng, 1, 4), _dim(rng, 1, 9), _dim(rng, 1, 9), int(rng.choice([8, 16]))
+    heads, length, source, d = draw_dim(rng, 1, 4), draw_dim(rng, 1, 9), draw_dim(rng, 1, 9), int(rng.choice([8, 16]))
     causal = bool(rng.integers(0, 2)) and length == source
     q = torch.randn(2, heads, length, d)
     k, v = torch.randn(2, heads, source, d), torch.randn(2, heads, source, d)
     return (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)), (q, k, v)
 
 
-@_examples.example("norm")
+@patterns.example("norm")
 def _norm(rng):
     import torch
 
-    width = _dim(rng, 1, 64)
+    width = draw_dim(rng, 1, 64)
     norm = torch.nn.LayerNorm(width) if rng.integers(0, 2) else torch.nn.RMSNorm(width, eps=1e-6)
     with torch.no_grad():
         norm.weight.normal_()
-    return norm.eval(), (torch.randn(_dim(rng, 1, 4), _dim(rng, 1, 6), width) * float(rng.choice([1e-2, 1.0, 50.0])),)
+    return norm.eval(), (torch.randn(draw_dim(rng, 1, 4), draw_dim(rng, 1, 6), width) * float(rng.choice([1e-2, 1.0, 50.0])),)
 
 
 # The integer ops come from PT2E-quantized programs (raise-pt2e-quant); the reference is their
 # fake quantization, which rounds the same values, so the float tolerance holds.
 
 
-@_examples.example("qlinear")
+@patterns.example("qlinear")
 def _pt2e_linear(rng):
-    from cuvil_mlir.lowering.raising.raise_pt2e_quant import _pt2e_module
-
-    return _pt2e_module("linear", rng)
+    return pt2e_quantized_layer("linear", rng)
 
 
-@_examples.example("qconv2d")
+@patterns.example("qconv2d")
 def _pt2e_conv2d(rng):
-    from cuvil_mlir.lowering.raising.raise_pt2e_quant import _pt2e_module
-
-    return _pt2e_module("conv2d", rng)
-
-
-PASS = ConfigurablePass(NAME, make, {"attention": ATTENTION_LOWERINGS}, "cuvil ops -> torch ops for IREE's torch input")
+    return pt2e_quantized_layer("conv2d", rng)

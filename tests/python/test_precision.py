@@ -67,7 +67,7 @@ def test_policy_lists_parse_and_round_trip():
 
 @pytest.mark.parametrize("spec, message", [
     ("fp16{group=4}", "takes only keep, keep_paths"),
-    ("fp16{keep=softmax,bogus}", "unknown op kind 'bogus'"),
+    ("fp16{keep=softmax,bogus}", "option keep: item 'bogus' is not one of linear, conv2d"),
     ("bf16{keep=}", "malformed"),
     ("fp16{,keep=norm}", "malformed"),
     ("int8-weight{group=64}", "takes no options"),

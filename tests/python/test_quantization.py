@@ -16,7 +16,7 @@ from cuvil_mlir.compiler import precision
 from cuvil_mlir.compiler.calibration import Calibration
 from cuvil_mlir.compiler.context import make_context
 from cuvil_mlir.core.ir import parse_module
-from cuvil_mlir.lowering.raising import raise_pt2e_quant
+from cuvil_mlir.lowering.common import pt2e_quantized_layer
 from cuvil_mlir.compiler.pipeline import Options, compile_program
 from cuvil_mlir.targets import iree, parse_targets
 from models import MLP, SmallCNN, gpt2
@@ -231,7 +231,7 @@ def test_calibrate_bad_input(mlp):
 def _pt2e_mlp():
     """The form convert_pt2e produces, written with the quantized_decomposed ops."""
     rng = np.random.default_rng(0)
-    model, args = raise_pt2e_quant._pt2e_module("linear", rng)
+    model, args = pt2e_quantized_layer("linear", rng)
     return model, args
 
 

@@ -115,7 +115,7 @@ def test_unknown_arch_lists_the_valid_ones(spec, listed):
     ("cuda:h200{hopper-mode}", "malformed option 'hopper-mode'"),
     ("cuda:sm_86{hopper-mode=target-description}", "hopper-mode applies to sm_90"),
     ("rocm{hopper-mode=ptx-jit}", "unknown option .*rocm options: none"),
-    ("cpu{stack-allocation-limit=big}", "expected an integer"),
+    ("cpu{stack-allocation-limit=big}", "option stack-allocation-limit=big is not an int"),
     ("cuda:h200{hopper-mode=ptx-jit", "unknown target"),
 ])
 def test_bad_options(spec, message):
