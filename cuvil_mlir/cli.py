@@ -153,6 +153,7 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                    help="a Python file of PatternSets to run after raising (repeatable)")
     p.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
                    help="skip a built-in pass (repeatable; for A/B comparisons)")
+    p.add_argument("--cache", action="store_true", help="reuse or fill the compile cache (cuvil cache info; docs/jit-and-cache.md)")
     p.set_defaults(command=_compile)
 
     p = sub.add_parser("run", parents=[common], help="run a .cuvilpkg on .npy inputs",
@@ -260,6 +261,9 @@ def _cuvil_parser() -> argparse.ArgumentParser:
     p.add_argument("-O", dest="opt_level", type=int, choices=(0, 1, 2, 3), default=3, metavar="N", help="optimization level (default: -O3)")
     p.add_argument("--json", metavar="OUT.json", help="write the report (and the search) as JSON")
     p.set_defaults(command=_accuracy)
+
+    from cuvil_mlir import cache_cli  # cuvil cache [info|clear|prune]
+    cache_cli.add_parser(sub, common)
     return parser
 
 
@@ -371,7 +375,10 @@ def _compile(args, parser) -> int:
             emitted = compile_program(model, (), options, emit=args.emit, elide_weights=elide)
             _write_text(emitted.text, args.output)
             return 0
-        compiled = compile_program(model, (), options)
+        if args.cache:
+            from cuvil_mlir.cache import cached_compile
+
+        compiled = cached_compile(model, (), options, True) if args.cache else compile_program(model, (), options)
     except CuvilError as e:
         if "warnings above" in e.message and not getattr(args, "verbose", False):
             e.message += " (rerun with --verbose to see them)"

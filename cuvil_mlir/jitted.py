@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import itertools
 import threading
 import time
 import warnings
@@ -189,6 +190,7 @@ class JitState:
         self.fn = fn
         self.options = options
         self.name = name
+        self.serial = next(_SERIALS)  # creation order
         self.compiles = 0
         self.events: collections.deque[str] = collections.deque(maxlen=100)
         self._eager_call = eager  # how to run fn eagerly (a jitted class: nn.Module.__call__ of the base)
@@ -616,6 +618,7 @@ def _module_stamp(module, torch):
 # Helpers.
 
 _LOCAL = threading.local()
+_SERIALS = itertools.count()
 
 
 @contextlib.contextmanager
@@ -640,7 +643,8 @@ def _caller_stacklevel() -> int:
 
     frame, level = sys._getframe(1), 1
     ours = (__file__, __file__.replace("jitted.py", "dynamo_backend.py"))
-    while frame is not None and frame.f_code.co_filename in ours:
+    while frame is not None and (frame.f_code.co_filename in ours or "/torch/_dynamo/" in frame.f_code.co_filename
+                                 or frame.f_code.co_filename.endswith("torch/nn/modules/module.py")):
         frame, level = frame.f_back, level + 1
     return level
 
