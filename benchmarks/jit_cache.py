@@ -11,7 +11,7 @@
 2. Latency in one process: eager, torch.compile (inductor, default mode),
    torch.compile(backend="cuvil") (through the warm cache) and the jitted model, single calls
    in interleaved rounds over rotating inputs, under torch.no_grad(); medians.
-Results: benchmarks/results/jit_cache-<date>.{json,md}.
+Results: benchmarks/results/jit_cache-<date>.{json,md} (jit_cache-startup-<date> with --skip-latency).
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def first_call(args) -> dict:
         seconds = time.perf_counter() - start
     entry = jitted.cuvil_jit.entries[0]
     np.save(args.output, out.numpy())
-    result = {"first_call_s": round(seconds, 3), "status": entry.status, "cache": entry.cache, "reason": entry.reason}
+    result = {"first_call_s": round(seconds, 3), "status": entry.status, "cache": entry.cache, "reason": entry.reason,
+              "parts_s": entry.times}
     if entry.cache == "hit":
         path = Cache(args.cache_dir).package_path(entry.key)
         start = time.perf_counter()
@@ -161,7 +162,7 @@ def _machine() -> str:
 
 def _write(result: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"jit_cache-{result['date'][:10]}"
+    stem = out / f"jit_cache{'' if 'latency' in result else '-startup'}-{result['date'][:10]}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
     m, cold, warm = result["model"], result["cold"], result["warm"]
     lines = [f"# jit cache and torch.compile backend, CPU ({result['date']})", "",
@@ -173,6 +174,8 @@ def _write(result: dict, out: Path) -> None:
              f"| cold (export + compile + store + load + run; cache {cold['cache']}) | {cold['first_call_s']} |",
              f"| warm (export + key + load + run; cache {warm['cache']}) | {warm['first_call_s']} |",
              f"| loading the cached package alone (cuvil_mlir.load) | {warm.get('load_only_s', '-')} |", "",
+             f"parts (s): cold {cold.get('parts_s', {})}; warm {warm.get('parts_s', {})} (the rest of a first call: "
+             "loading the module on the device and running it)", "",
              f"package: {warm.get('package_bytes', 0) / 1e6:.0f} MB; warm output bit-identical to cold: "
              f"{result['warm_output_bit_identical']}"]
     if "latency" in result:

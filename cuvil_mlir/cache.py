@@ -362,19 +362,32 @@ def resolve(cache) -> Cache | None:
     raise CuvilError(f"cache must be True, False, a folder or a cuvil_mlir.cache.Cache, got {type(cache).__name__}")
 
 
-def compile_exported(program, options, cache: Cache | None):
+def compile_exported(program, options, cache: Cache | None, *, seconds: dict | None = None):
     """Compile an ExportedProgram through ``cache``: ``(compiled, status, key)``; status is
-    "hit", "waited", "miss", or "off" (no cache)."""
+    "hit", "waited", "miss", or "off" (no cache). ``seconds`` gets "key" and "compile" (on a
+    miss) or "load" (on a hit) times."""
     from cuvil_mlir.fingerprint import compile_key
-    from cuvil_mlir.pipeline import compile_program
 
+    def build():
+        from cuvil_mlir.pipeline import compile_program  # not needed on a hit
+
+        return compile_program(program, (), options)
+
+    seconds = {} if seconds is None else seconds
     if cache is None:
-        return compile_program(program, (), options), "off", None
+        start = time.perf_counter()
+        compiled = build()
+        seconds["compile"] = time.perf_counter() - start
+        return compiled, "off", None
+    start = time.perf_counter()
     key, parts = compile_key(program, options)
+    seconds["key"] = time.perf_counter() - start
     info = {"model": _model_summary(program), "target": options.target, "precision": parts["options"]["precision"],
             "opt_level": options.opt_level, "versions": parts["toolchain"]["versions"],
             "patterns": [p["name"] for p in parts["patterns"]]}
-    compiled, status = cache.get_or_build(key, lambda: compile_program(program, (), options), info)
+    start = time.perf_counter()
+    compiled, status = cache.get_or_build(key, build, info)
+    seconds["compile" if status == "miss" else "load"] = time.perf_counter() - start
     return compiled, status, key
 
 

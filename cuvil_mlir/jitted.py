@@ -100,6 +100,7 @@ class JitEntry:
     reason: str = ""  # why eager
     cache: str = ""  # compiled: "hit", "waited" (another process compiled it), "miss", "off"
     seconds: float = 0.0  # export + compile (or cache load)
+    times: dict = field(default_factory=dict)  # the parts of ``seconds``: export, key, compile or load
     calls: int = 0
     key: str | None = None  # the cache key
     _match: object = field(default=None, repr=False)
@@ -128,7 +129,7 @@ def _apply(fn, options: JitOptions):
 
     if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
         return _jitted_class(fn, options)
-    if isinstance(fn, (torch.nn.Module,)) or callable(fn):
+    if callable(fn):  # an nn.Module instance or a function
         return Jitted(fn, options)
     raise CuvilError(f"jit: expected an nn.Module class, an nn.Module or a function, got {type(fn).__name__}")
 
@@ -140,7 +141,8 @@ class Jitted:
     def __init__(self, fn, options: JitOptions):
         self.eager = fn
         self.cuvil_jit = JitState(fn, options, name=_name_of(fn))
-        functools.update_wrapper(self, fn, updated=()) if not _is_module(fn) else None
+        if not _is_module(fn):
+            functools.update_wrapper(self, fn, updated=())  # a function's name and docstring
 
     def __call__(self, *args, **kwargs):
         return self.cuvil_jit(*args, **kwargs)
@@ -307,7 +309,7 @@ class JitState:
             self._fallback(f"({signature}): {reason}", signature, error=e)
             return entry
         entry = JitEntry(signature, "compiled", cache=compiled.cache_status, seconds=time.perf_counter() - start,
-                         key=compiled.key, _match=compiled.match, _run=compiled.run, _stamp=stamp)
+                         times=compiled.times, key=compiled.key, _match=compiled.match, _run=compiled.run, _stamp=stamp)
         self.events.append(f"({signature}): compiled (cache {entry.cache}, {entry.seconds:.2f} s)")
         return self._record(call, entry)
 
@@ -372,6 +374,7 @@ class _Compiled:
     match: object  # shapes -> bool
     cache_status: str
     key: str | None
+    times: dict
 
 
 def _compile_call(fn, call: _Call, options: JitOptions, eager_call) -> _Compiled:
@@ -380,6 +383,8 @@ def _compile_call(fn, call: _Call, options: JitOptions, eager_call) -> _Compiled
     from cuvil_mlir import cache as cache_mod
     from cuvil_mlir.importers import fx
 
+    times = {}
+    start = time.perf_counter()
     flat = _flat_call()(fn, call, eager_call)
     tensors = tuple(call.tensors)
     dynamic_shapes = None
@@ -393,7 +398,9 @@ def _compile_call(fn, call: _Call, options: JitOptions, eager_call) -> _Compiled
     finally:
         _RESULTS.pop(id(flat), None)
     _strip_module_prefix(program, flat.TARGET)
-    compiled, status, key = cache_mod.compile_exported(program, options.pipeline_options(), cache_mod.resolve(options.cache))
+    times["export"] = time.perf_counter() - start
+    compiled, status, key = cache_mod.compile_exported(program, options.pipeline_options(), cache_mod.resolve(options.cache),
+                                                       seconds=times)
     n_inputs = len(compiled.signature.inputs)
     if n_inputs != len(tensors):
         raise CuvilError(f"the compiled function takes {n_inputs} input(s), the call has {len(tensors)} tensor(s)")
@@ -409,7 +416,7 @@ def _compile_call(fn, call: _Call, options: JitOptions, eager_call) -> _Compiled
         leaves = [next(outs) if slot is _TENSOR else slot for slot in out_template]
         return torch.utils._pytree.tree_unflatten(leaves, out_spec)
 
-    return _Compiled(run, _shape_matcher(program, call), status, key)
+    return _Compiled(run, _shape_matcher(program, call), status, key, {k: round(v, 3) for k, v in times.items()})
 
 
 _TENSOR = object()  # a tensor's slot in a leaves template
