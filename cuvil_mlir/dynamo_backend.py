@@ -9,7 +9,8 @@ graph's own eager code when compiling or the device fails (a one-line ``JitWarni
 The graph's parameters (and buffers) arrive as inputs (Dynamo inlines nn.Modules); they are
 bound into the compiled program as constants, so Cuvil's weight passes (BN folding, fused
 QKV, quantization) see them, and each call checks that Dynamo still passes the same tensors
-at the same version: a replaced or updated weight compiles again. Symbolic sizes (Dynamo's
+at the same version: a replaced or updated weight compiles again. The exported ops keep the
+module paths Dynamo recorded (``layers.0.attn``), so per-module precision options apply. Symbolic sizes (Dynamo's
 automatic dynamic shapes) are specialized per call to their values, unless
 ``options={"dynamic": True}`` exports them symbolic. A call with grad mode on and inputs or
 weights that require grad runs the graph eagerly (cuvil compiles inference).
@@ -117,6 +118,11 @@ def _bound_graph_class():
         def forward(self, *rest):
             given = iter(rest)
             args = [getattr(self, self._slots[i]) if i in self._slots else next(given) for i in range(self._n)]
-            return self.gm(*args)
+            if not torch.compiler.is_exporting():
+                return self.gm(*args)
+            # exporting: interpret node by node, so each exported op keeps the nn.Module path
+            # Dynamo recorded (locations, provenance and keep_paths / skip read it), not "gm"
+            with torch.fx.traceback.preserve_node_meta():
+                return torch.fx.Interpreter(self.gm).run(*args)
 
     return BoundGraph

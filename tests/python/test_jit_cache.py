@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import textwrap
 import warnings
+import zipfile
 
 import pytest
 import torch
@@ -176,8 +177,10 @@ def test_compile_api_cache_option(tmp_path):
     a = cuvil_mlir.compile(model, (x,), cache=tmp_path / "api")
     b = cuvil_mlir.compile(model, (x,), cache=tmp_path / "api")
     assert a.metadata["cache_key"] == b.metadata["cache_key"]
-    assert len(Cache(tmp_path / "api").entries()) == 1
+    (entry,) = Cache(tmp_path / "api").entries()
     assert not (tmp_path / "cache").exists()  # cache=<folder> does not touch the default one
+    with zipfile.ZipFile(entry.path) as z:  # stored, not deflated: loading costs reading the file
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "flipped"])
@@ -292,6 +295,9 @@ def test_jit_instance_compiles_once_per_signature():
     fast(torch.randn(3, 16))  # a new shape: a second signature
     assert state.compiles == 2 and [e.signature for e in state.entries] == ["float32[4, 16]", "float32[3, 16]"]
     assert fast.fc1 is model.fc1 and "compiled (cache miss" in state.explain()
+    assert set(state.entries[0].times) == {"export", "key", "compile"}
+    sites = Cache().get(state.entries[0].key).metadata["pattern_sites"]
+    assert set(sites["raise-torch-to-cuvil"]["linear"]) == {"fc1", "fc2"}  # not "jitted.fc1"
 
 
 def test_jit_second_object_hits_the_disk_cache_bit_identical():
@@ -479,6 +485,9 @@ def test_backend_mlp_options_and_weight_update():
     (graph,) = _graphs_since(before)
     assert graph.options.opt_level == 2 and graph.compiles == 2
     assert [e.status for e in graph.entries] == ["compiled"]
+    # the exported ops keep the model's module paths (not the wrapper's): provenance, keep_paths
+    sites = Cache().get(graph.entries[0].key).metadata["pattern_sites"]
+    assert set(sites["raise-torch-to-cuvil"]["linear"]) == {"fc1", "fc2", "fc3"}
 
 
 def test_backend_unknown_option_is_an_error():
