@@ -11,6 +11,7 @@ beside it that says what it was compiled from. Layout under the cache folder::
     v1/entries/<key>.json         what was compiled: model summary, target, precision, versions
     v1/entries/<key>.failed.json  a compile that failed (its error), so it is not retried
     v1/locks/<key>.lock           held (flock) by the process compiling that key
+    v1/calls/<call key>.json      a jit call's record: the key it compiled to (cuvil_mlir/warm_start.py)
 
 Several processes: a process that misses takes the key's lock and checks again before it
 compiles, so one compiles and the others wait and load its result. Files are written to a
@@ -103,6 +104,10 @@ class Cache:
         return self.directory / LAYOUT / "entries"
 
     @property
+    def _records_dir(self) -> Path:
+        return self.directory / LAYOUT / "calls"
+
+    @property
     def _locks_dir(self) -> Path:
         return self.directory / LAYOUT / "locks"
 
@@ -168,6 +173,18 @@ class Cache:
             "key": key, "created": _now(), "error": type(error).__name__, "message": error.message,
             "repro": error.repro, **(info or {})})
 
+    def get_record(self, name: str) -> dict | None:
+        """A call record (cuvil_mlir/warm_start.py), or None."""
+        try:
+            data = json.loads((self._records_dir / f"{name}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def put_record(self, name: str, data: dict) -> None:
+        self._records_dir.mkdir(parents=True, exist_ok=True)
+        self._write_json(self._records_dir / f"{name}.json", data)
+
     def get_or_build(self, key: str, build, info: dict | None = None):
         """``(compiled, status)``: the entry of ``key`` (status "hit"), the one another process
         finished while this one waited for its lock ("waited"), or ``build()``'s result, stored
@@ -226,6 +243,8 @@ class Cache:
         entries = self.entries()
         for e in entries:
             self._remove(e.key)
+        for path in self._records_dir.glob("*.json"):  # call records name entries that are gone now
+            path.unlink(missing_ok=True)
         return len(entries)
 
     def prune(self, max_bytes: int | None = None, *, older_than: float | None = None, keep=()) -> list[Entry]:

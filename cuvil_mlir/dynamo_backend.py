@@ -41,7 +41,9 @@ def cuvil_backend(gm, example_inputs, *, options: dict | None = None, **unused):
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     weights = {i: x for i, (n, x) in enumerate(zip(placeholders, example_inputs)) if _is_weight(n, x, torch)}
     baked = _bound_graph_class()(gm, weights, len(placeholders))
-    state = JitState(baked, jit_options, name=f"graph {next(_SERIAL)}", check_training=False, weights_need_grad=True)
+    # no call records: a Dynamo graph is made in this process, its key is its export's
+    state = JitState(baked, jit_options, name=f"graph {next(_SERIAL)}", check_training=False, weights_need_grad=True,
+                     call_records=False)
 
     def run(*args):
         baked.rebind(args)

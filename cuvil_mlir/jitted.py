@@ -188,7 +188,7 @@ class JitState:
     """The signatures a jitted object has seen, their compiled modules, and what happened."""
 
     def __init__(self, fn, options: JitOptions, *, name: str, eager=None, check_training: bool = True,
-                 weights_need_grad: bool = False):
+                 weights_need_grad: bool = False, call_records: bool = True):
         self.fn = fn
         self.options = options
         self.name = name
@@ -200,6 +200,7 @@ class JitState:
         self._warned: set[str] = set()
         self._check_training = check_training
         self._weights_need_grad = weights_need_grad  # torch.compile: weights that require grad run eager
+        self._call_records = call_records  # warm starts without export (cuvil_mlir/warm_start.py)
         self._lock = threading.RLock()
 
     @property
@@ -300,7 +301,7 @@ class JitState:
         self.compiles += 1
         start = time.perf_counter()
         try:
-            compiled = _compile_call(self.fn, call, self.options, self._eager_call)
+            compiled = _compile_call(self.fn, call, self.options, self._eager_call, self._call_records)
         except Exception as e:  # noqa: BLE001 - any failure to compile falls back (or raises, with fallback="error")
             reason = _one_line(e.message if isinstance(e, CuvilError) else f"{type(e).__name__}: {e}")
             entry = self._record(call, JitEntry(signature, "eager", reason, _match=call.exact_match(),
@@ -377,21 +378,34 @@ class _Compiled:
     times: dict
 
 
-def _compile_call(fn, call: _Call, options: JitOptions, eager_call) -> _Compiled:
+def _compile_call(fn, call: _Call, options: JitOptions, eager_call, warm: bool = True) -> _Compiled:
+    """Export the call and compile it through the cache; first, when ``warm``, look for a
+    call record (cuvil_mlir/warm_start.py) that names its entry without exporting."""
     import torch
 
     from cuvil_mlir import cache as cache_mod
+    from cuvil_mlir import warm_start
     from cuvil_mlir.importers import fx
 
+    cache = cache_mod.resolve(options.cache)
     times = {}
+    start = time.perf_counter()
+    key = warm_start.call_key(fn, call, options) if warm and cache is not None else None
+    if key is not None:
+        times["call key"] = time.perf_counter() - start
+        found = _from_call_record(cache, key, call, times)
+        if found is not None:
+            return found
+
     start = time.perf_counter()
     flat = _flat_call()(fn, call, eager_call)
     tensors = tuple(call.tensors)
     dynamic_shapes = None
     if options.dynamic:
         dynamic_shapes = {"tensors": tuple({d: torch.export.Dim.AUTO for d in range(t.dim())} for t in tensors)}
+    sources = warm_start.Sources()
     try:
-        with _eager_mode():
+        with _eager_mode(), sources.recording() if key is not None else contextlib.nullcontext():
             program = fx.to_exported_program(flat, tensors, dynamic_shapes=dynamic_shapes)
         _check_exportable(program, flat)
         out_spec, out_template = flat.out_spec, flat.out_template
@@ -399,12 +413,40 @@ def _compile_call(fn, call: _Call, options: JitOptions, eager_call) -> _Compiled
         _RESULTS.pop(id(flat), None)
     _strip_module_prefix(program, flat.TARGET)
     times["export"] = time.perf_counter() - start
-    compiled, status, key = cache_mod.compile_exported(program, options.pipeline_options(), cache_mod.resolve(options.cache),
-                                                       seconds=times)
-    n_inputs = len(compiled.signature.inputs)
-    if n_inputs != len(tensors):
-        raise CuvilError(f"the compiled function takes {n_inputs} input(s), the call has {len(tensors)} tensor(s)")
+    compiled, status, compile_key = cache_mod.compile_exported(program, options.pipeline_options(), cache, seconds=times)
     out_dtypes = _output_dtypes(program)
+    run = _runner(compiled, call, out_spec, out_template, out_dtypes)
+    if key is not None:
+        record = warm_start.make_record(compile_key, sources, out_spec, out_template, out_dtypes, _TENSOR)
+        if record is not None:
+            cache.put_record(key, record)
+    return _Compiled(run, _shape_matcher(program, call), status, compile_key, {k: round(v, 3) for k, v in times.items()})
+
+
+def _from_call_record(cache, key: str, call: _Call, times: dict) -> _Compiled | None:
+    from cuvil_mlir import warm_start
+
+    data = cache.get_record(key)
+    parsed = warm_start.read_record(data, _TENSOR) if data is not None else None
+    if parsed is None:
+        return None
+    compile_key, out_spec, out_template, out_dtypes = parsed
+    start = time.perf_counter()
+    compiled = cache.get(compile_key)
+    if compiled is None:
+        return None
+    times["load"] = time.perf_counter() - start
+    run = _runner(compiled, call, out_spec, out_template, out_dtypes)
+    return _Compiled(run, call.exact_match(), "hit (call record)", compile_key, {k: round(v, 3) for k, v in times.items()})
+
+
+def _runner(compiled, call: _Call, out_spec, out_template, out_dtypes):
+    """call -> the compiled module's results, in the structure, dtypes and device eager gives."""
+    import torch
+
+    n_inputs = len(compiled.signature.inputs)
+    if n_inputs != len(call.tensor_positions):
+        raise CuvilError(f"the compiled function takes {n_inputs} input(s), the call has {len(call.tensor_positions)} tensor(s)")
     in_dtypes = [_torch_dtype(s.dtype) for s in compiled.signature.inputs]
 
     def run(c: _Call):
@@ -416,7 +458,7 @@ def _compile_call(fn, call: _Call, options: JitOptions, eager_call) -> _Compiled
         leaves = [next(outs) if slot is _TENSOR else slot for slot in out_template]
         return torch.utils._pytree.tree_unflatten(leaves, out_spec)
 
-    return _Compiled(run, _shape_matcher(program, call), status, key, {k: round(v, 3) for k, v in times.items()})
+    return run
 
 
 _TENSOR = object()  # a tensor's slot in a leaves template

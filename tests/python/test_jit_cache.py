@@ -295,7 +295,7 @@ def test_jit_instance_compiles_once_per_signature():
     fast(torch.randn(3, 16))  # a new shape: a second signature
     assert state.compiles == 2 and [e.signature for e in state.entries] == ["float32[4, 16]", "float32[3, 16]"]
     assert fast.fc1 is model.fc1 and "compiled (cache miss" in state.explain()
-    assert set(state.entries[0].times) == {"export", "key", "compile"}
+    assert set(state.entries[0].times) == {"call key", "export", "key", "compile"}
     sites = Cache().get(state.entries[0].key).metadata["pattern_sites"]
     assert set(sites["raise-torch-to-cuvil"]["linear"]) == {"fc1", "fc2"}  # not "jitted.fc1"
 
@@ -305,8 +305,63 @@ def test_jit_second_object_hits_the_disk_cache_bit_identical():
     first = cuvil_mlir.jit(tiny())
     second = cuvil_mlir.jit(tiny())  # another object with the same weights: same key
     a, b = first(x), second(x)
-    assert [e.cache for e in first.cuvil_jit.entries] == ["miss"] and [e.cache for e in second.cuvil_jit.entries] == ["hit"]
+    assert [e.cache for e in first.cuvil_jit.entries] == ["miss"]
+    assert [e.cache for e in second.cuvil_jit.entries] == ["hit (call record)"]  # found without exporting
+    assert "export" not in second.cuvil_jit.entries[0].times
     assert torch.equal(a, b)
+
+
+MODEL_FILE = """
+import torch
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x) * FACTOR
+"""
+
+
+def _import_model_file(path, name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_jit_call_record_is_not_used_after_the_models_source_changed(tmp_path):
+    """The warm start finds entries without exporting, keyed on the module tree and weights;
+    a change to the source the export ran must send it back to exporting."""
+    path = tmp_path / "scaled_model.py"
+    path.write_text(MODEL_FILE.replace("FACTOR", "2.0"))
+    x = torch.randn(2, 8)
+    torch.manual_seed(0)
+    first = cuvil_mlir.jit(_import_model_file(path, "scaled_model").Scaled().eval())
+    y1 = first(x)
+    path.write_text(MODEL_FILE.replace("FACTOR", "3.0"))  # same class, same weights, new forward
+    torch.manual_seed(0)
+    changed = _import_model_file(path, "scaled_model").Scaled().eval()
+    second = cuvil_mlir.jit(changed)
+    y2 = second(x)
+    entry = second.cuvil_jit.entries[0]
+    assert entry.cache == "miss" and "export" in entry.times  # the record's file check failed
+    with torch.no_grad():
+        assert close(y2, changed(x)) and close(y2, y1 * 1.5)
+    torch.manual_seed(0)
+    third = cuvil_mlir.jit(_import_model_file(path, "scaled_model").Scaled().eval())
+    third(x)
+    assert third.cuvil_jit.entries[0].cache == "hit (call record)"  # the new source has its record now
+
+
+def test_no_call_record_for_functions_or_dynamic(cache_dir):
+    fast = cuvil_mlir.jit(lambda a: a * 2 + 1)
+    fast(torch.randn(3))
+    cuvil_mlir.jit(tiny(), dynamic=True)(torch.randn(2, 16))
+    assert not (cache_dir / "v1" / "calls").exists()
 
 
 def test_jit_class_decorator_and_function():
