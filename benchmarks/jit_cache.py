@@ -57,7 +57,7 @@ def first_call(args) -> dict:
     np.save(args.output, out.numpy())
     result = {"first_call_s": round(seconds, 3), "status": entry.status, "cache": entry.cache, "reason": entry.reason,
               "parts_s": entry.times}
-    if entry.cache == "hit":
+    if entry.cache.startswith("hit"):
         path = Cache(args.cache_dir).package_path(entry.key)
         start = time.perf_counter()
         loaded = cuvil_mlir.load(path)
@@ -142,11 +142,12 @@ def main() -> int:
               "model": {"layers": args.layers, "d_model": args.d_model, "heads": args.heads, "vocab": args.vocab,
                         "seq": args.seq, "batch": 1},
               "cold": runs["cold"], "warm": runs["warm"], "warm_output_bit_identical": identical,
-              "torch": torch.__version__, "threads": torch.get_num_threads()}
+              "torch": torch.__version__, "threads": torch.get_num_threads(), "load_average_before": os.getloadavg()}
     if not args.skip_latency:
         cmd = [sys.executable, __file__, "--latency", "--cache-dir", cache_dir, "--rounds", str(args.rounds), *size]
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
         result["latency"] = json.loads(out.strip().splitlines()[-1])
+    result["load_average_after"] = os.getloadavg()
     _write(result, Path(args.out))
     return 0
 
@@ -160,19 +161,25 @@ def _machine() -> str:
     return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
 
 
+def _loads(values) -> str:
+    return "/".join(f"{v:.1f}" for v in values)
+
+
 def _write(result: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"jit_cache{'' if 'latency' in result else '-startup'}-{result['date'][:10]}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
     m, cold, warm = result["model"], result["cold"], result["warm"]
     lines = [f"# jit cache and torch.compile backend, CPU ({result['date']})", "",
-             f"machine: {result['machine']}; torch {result['torch']}, {result['threads']} threads", "",
+             f"machine: {result['machine']}; torch {result['torch']}, {result['threads']} threads; load average "
+             f"(1/5/15 min) before {_loads(result['load_average_before'])}, after {_loads(result['load_average_after'])} "
+             "(the machine is shared: latencies are relative, measured in interleaved rounds)", "",
              f"command: `{result['command']}`", "",
              f"model: HF GPT-2, {m['layers']} layers, d={m['d_model']}, {m['heads']} heads, vocab {m['vocab']}, "
              f"T={m['seq']}, B=1, fp32, random weights", "",
              "| first call of a new process | seconds |", "|---|---|",
-             f"| cold (export + compile + store + load + run; cache {cold['cache']}) | {cold['first_call_s']} |",
-             f"| warm (export + key + load + run; cache {warm['cache']}) | {warm['first_call_s']} |",
+             f"| cold ({' + '.join(cold.get('parts_s', {}))} + store + load + run; cache {cold['cache']}) | {cold['first_call_s']} |",
+             f"| warm ({' + '.join(warm.get('parts_s', {}))} + run; cache {warm['cache']}) | {warm['first_call_s']} |",
              f"| loading the cached package alone (cuvil_mlir.load) | {warm.get('load_only_s', '-')} |", "",
              f"parts (s): cold {cold.get('parts_s', {})}; warm {warm.get('parts_s', {})} (the rest of a first call: "
              "loading the module on the device and running it)", "",
