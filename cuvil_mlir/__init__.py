@@ -13,19 +13,25 @@ from cuvil_mlir.core.versions import __version__
 
 
 def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns=(), disabled_passes=(), disabled_patterns=(),
-            precision: str = "fp32", calibration=None):
+            precision: str = "fp32", calibration=None, cache=False):
     """Compile an ``nn.Module`` (with example ``args``), an ``ExportedProgram`` or a ``.pt2`` path.
 
     Returns a ``CompiledModel``. ``patterns`` are extra ``PatternSet``s run after raising;
     ``disabled_passes`` names passes to skip; ``disabled_patterns`` names single patterns to
     drop (``"fuse-linear-epilogue/gelu_epilogue"``, or the bare pattern name when only one pass has it).
     ``precision`` is a policy (cuvil_mlir/compiler/precision.py: fp32, fp16, bf16, int8-weight,
-    int4-weight, int8); ``int8`` needs ``calibration``.
+    int4-weight, int8); ``int8`` needs ``calibration``. ``cache``: False (the default: an
+    explicit compile builds), True (the on-disk cache, docs/jit-and-cache.md), a folder or a
+    ``cuvil_mlir.compiler.cache.Cache``.
     """
     from cuvil_mlir.compiler.pipeline import Options, compile_program
 
     options = Options(target=target, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=tuple(disabled_passes),
                       disabled_patterns=tuple(disabled_patterns), precision=precision, calibration=calibration)
+    if cache is not False and cache is not None:
+        from cuvil_mlir.compiler.cache import cached_compile
+
+        return cached_compile(model, args, options, cache)
     return compile_program(model, args, options)
 
 
@@ -48,9 +54,19 @@ def load(path, prefer=None):
     """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile`` on the first
     of its targets (in ``prefer`` order: target specs or kinds; default the package's) that
     this machine has a device for; later targets take over if it fails."""
-    from cuvil_mlir.runtime.compiled import load as _load
+    from cuvil_mlir.runtime.session.compiled import load as _load
 
     return _load(path, prefer)
 
 
-__all__ = ["compile", "lower", "load", "calibrate", "CuvilError", "__version__"]
+def jit(fn=None, **options):
+    """``@jit`` / ``@jit(target=..., precision=..., fallback="eager")`` on an nn.Module class,
+    an instance or a function of tensors (also ``jit(model, target=...)``): compiled on the
+    first call per input signature, cached on disk, eager PyTorch when compiling fails. See
+    cuvil_mlir/compiler/jitted.py and docs/jit-and-cache.md."""
+    from cuvil_mlir.compiler.jitted import jit as _jit
+
+    return _jit(fn, **options)
+
+
+__all__ = ["compile", "lower", "load", "calibrate", "jit", "CuvilError", "__version__"]

@@ -20,7 +20,7 @@ modules (torch, IREE) are imported inside the commands that need them, so ``insp
 A command group is a module of this folder with ``add_parsers(sub, common)`` (or
 ``add_parser(sub, common)`` for one command) that adds its subcommands to ``sub``, each with
 ``parents=[common]`` and ``set_defaults(command=fn)``, ``fn(args, parser) -> exit code``.
-A new group is one more entry in COMMAND_GROUPS (and its import).
+A new group is a module with ``add_parsers(sub, common)``: one more entry in COMMAND_GROUPS (and its import).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from __future__ import annotations
 import argparse
 
 from cuvil_mlir.cli import build
+from cuvil_mlir.cli import cache
 from cuvil_mlir.cli import evaluate
 from cuvil_mlir.cli import info
 from cuvil_mlir.cli.common import guarded, parse_args
-from cuvil_mlir.cli.opt import main as opt_main  # noqa: F401  (cuvil-opt's entry point before it moved to cli/opt.py)
 from cuvil_mlir.core.versions import __version__
 
 # The modules whose commands `cuvil` has, in the order `cuvil --help` lists them.
@@ -39,6 +39,7 @@ COMMAND_GROUPS = (
     build,  # compile, run, inspect
     info,  # passes, targets
     evaluate,  # compare, bench, check-patterns, accuracy
+    cache,  # cache [info|clear|prune]
 )
 
 
@@ -62,6 +63,5 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", default=False, help="show tracebacks and warnings")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for group in COMMAND_GROUPS:
-        add = getattr(group, "add_parsers", None) or group.add_parser
-        add(sub, common)
+        group.add_parsers(sub, common)
     return parser

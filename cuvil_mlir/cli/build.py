@@ -35,6 +35,7 @@ def add_parsers(sub, common) -> None:
                    help="a Python file of PatternSets to run after raising (repeatable)")
     p.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
                    help="skip a built-in pass (repeatable; for A/B comparisons)")
+    p.add_argument("--cache", action="store_true", help="reuse or fill the compile cache (cuvil cache info; docs/jit-and-cache.md)")
     p.set_defaults(command=_compile)
 
     p = sub.add_parser("run", parents=[common], help="run a .cuvilpkg on .npy inputs",
@@ -78,7 +79,12 @@ def _compile(args, parser) -> int:
             emitted = compile_program(model, (), options, emit=args.emit, elide_weights=elide)
             write_text(emitted.text, args.output)
             return 0
-        compiled = compile_program(model, (), options)
+        if args.cache:
+            from cuvil_mlir.compiler.cache import cached_compile
+
+            compiled = cached_compile(model, (), options, True)
+        else:
+            compiled = compile_program(model, (), options)
     except CuvilError as e:
         if "warnings above" in e.message and not getattr(args, "verbose", False):
             e.message += " (rerun with --verbose to see them)"

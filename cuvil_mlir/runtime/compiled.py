@@ -136,8 +136,8 @@ class CompiledModel:
         lines += [f"  {m.target}: {self._failures.get(m.target, 'not tried')}" for m in self._order]
         return RuntimeFailure("\n".join(lines))
 
-    def save(self, path: str | os.PathLike) -> None:
-        package.write(path, self.modules, {k: v for k, v in self.metadata.items() if k != "modules"})
+    def save(self, path: str | os.PathLike, *, compress: bool = True) -> None:
+        package.write(path, self.modules, {k: v for k, v in self.metadata.items() if k != "modules"}, compress=compress)
 
     def __repr__(self) -> str:
         ins = ", ".join(s.describe() for s in self.signature.inputs)

@@ -297,18 +297,18 @@ def test_internal_error_is_one_line_unless_verbose(mlp, monkeypatch, capsys):
 
 
 def test_a_command_group_is_a_module_named_in_command_groups(monkeypatch, capsys):
-    """A new command: a module with add_parser(sub, common), registered by one name in COMMAND_GROUPS."""
+    """A new command: a module with add_parsers(sub, common), registered by one name in COMMAND_GROUPS."""
     def hello(args, parser):
         print(f"hello {args.name}")
         return 0
 
-    def add_parser(sub, common):
+    def add_parsers(sub, common):
         p = sub.add_parser("hello", parents=[common], help="say hello")
         p.add_argument("name")
         p.set_defaults(command=hello)
 
     group = ModuleType("hello_group")
-    group.add_parser = add_parser
+    group.add_parsers = add_parsers
     assert cli.main(["hello", "you"]) == 2  # not registered: a usage error
     assert "invalid choice: 'hello'" in capsys.readouterr().err
     monkeypatch.setattr(cli, "COMMAND_GROUPS", (*cli.COMMAND_GROUPS, group))
