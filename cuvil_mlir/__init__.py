@@ -54,7 +54,7 @@ def load(path, prefer=None):
     """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile`` on the first
     of its targets (in ``prefer`` order: target specs or kinds; default the package's) that
     this machine has a device for; later targets take over if it fails."""
-    from cuvil_mlir.runtime.session.compiled import load as _load
+    from cuvil_mlir.runtime.compiled import load as _load
 
     return _load(path, prefer)
 

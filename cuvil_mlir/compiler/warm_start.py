@@ -157,9 +157,7 @@ def _roots() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
 
     import torch
 
-    import cuvil_mlir
-
-    toolchain = [Path(torch.__file__).parent, *(Path(p) for p in cuvil_mlir.__path__)]
+    toolchain = [Path(torch.__file__).parent, Path(__file__).resolve().parents[1]]  # torch, cuvil_mlir/
     for package in fingerprint.SOURCE_PACKAGES[1:]:
         spec = find_spec(package)
         toolchain += [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
