@@ -98,7 +98,8 @@ class JitEntry:
     signature: str  # e.g. "float32[8, 64]"
     status: str  # "compiled" or "eager"
     reason: str = ""  # why eager
-    cache: str = ""  # compiled: "hit", "waited" (another process compiled it), "miss", "off"
+    cache: str = ""  # compiled: "hit", "hit (call record)" (found without export), "waited" (another process
+    # compiled it), "miss", "off"
     seconds: float = 0.0  # export + compile (or cache load)
     times: dict = field(default_factory=dict)  # the parts of ``seconds``: export, key, compile or load
     calls: int = 0

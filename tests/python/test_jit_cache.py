@@ -601,3 +601,14 @@ def test_backend_on_the_e2e_models(name):
     assert got.shape == ref.shape and close(got, ref, tol=1e-4)
     graphs = _graphs_since(before)
     assert graphs and all(e.status == "compiled" for g in graphs for e in g.entries), [g.explain() for g in graphs]
+
+
+def test_cuvil_compile_cache_flag(tmp_path, cache_dir, capsys):
+    pt2 = tmp_path / "tiny.pt2"
+    torch.export.save(export(tiny(), torch.randn(2, 16)), pt2)
+    for name in ("a", "b"):
+        assert cli.main(["compile", str(pt2), "-o", str(tmp_path / f"{name}.cuvilpkg"), "--cache"]) == 0
+    assert len(Cache().entries()) == 1  # the second compile was a hit
+    assert cuvil_mlir.load(tmp_path / "b.cuvilpkg").metadata["cache_key"] == Cache().entries()[0].key
+    assert cli.main(["compile", str(pt2), "-o", str(tmp_path / "c.cuvilpkg")]) == 0  # no --cache: no entry
+    assert len(Cache().entries()) == 1
