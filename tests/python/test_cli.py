@@ -1,7 +1,7 @@
 """The command line: `cuvil compile/run/inspect/passes` and `cuvil-opt`.
 
 The installed console scripts run in a subprocess where exit codes, stderr and the package on
-disk are the point; `main(argv)` / `opt_main(argv)` run in-process where only speed differs.
+disk are the point; `cli.main(argv)` / `opt.main(argv)` run in-process where only speed differs.
 One small MLP is compiled once (for two targets, cpu and vmvx) for the whole file.
 """
 
@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from cuvil_mlir import cli
+from cuvil_mlir.cli import opt
 from cuvil_mlir.lowering import builtin_registry
 
 
@@ -168,7 +169,7 @@ def test_emit_stages_print_ir_instead_of_compiling(mlp, capsys, tmp_path):
     assert cli.main(["compile", str(mlp.pt2), "--emit", "lowered", "-o", str(lowered)]) == 0
     text = lowered.read_text()
     assert "torch.aten.linear" in text and "cuvil." not in text
-    assert cli.opt_main([str(lowered), "-p", "verify-no-cuvil"]) == 0
+    assert opt.main([str(lowered), "-p", "verify-no-cuvil"]) == 0
     assert not list(tmp_path.glob("*.cuvilpkg"))
 
 
@@ -279,7 +280,7 @@ def test_usage_errors_exit_2(capsys):
     assert cli.main(["compile", "m.pt2", "-O7"]) == 2
     assert cli.main(["compile", "m.pt2"]) == 2  # neither -o nor --emit
     assert "usage: cuvil" in capsys.readouterr().err
-    assert cli.opt_main(["--no-such-flag"]) == 2
+    assert opt.main(["--no-such-flag"]) == 2
 
 
 def test_internal_error_is_one_line_unless_verbose(mlp, monkeypatch, capsys):
@@ -353,35 +354,35 @@ def test_opt_unknown_pass_lists_known_passes(tmp_path):
 def test_opt_pass_options(tmp_path, capsys):
     src = tmp_path / "in.mlir"
     src.write_text(RELU_MLIR)
-    assert cli.opt_main([str(src), "-p", "lower-cuvil-to-torch{attention=decomposed},verify-no-cuvil"]) == 0
+    assert opt.main([str(src), "-p", "lower-cuvil-to-torch{attention=decomposed},verify-no-cuvil"]) == 0
     assert "torch.aten.relu" in capsys.readouterr().out
-    assert cli.opt_main([str(src), "-p", "lower-cuvil-to-torch{attention=flash}"]) == 1
+    assert opt.main([str(src), "-p", "lower-cuvil-to-torch{attention=flash}"]) == 1
     assert_clean_error(1, capsys.readouterr().err, "option attention=flash is not one of sdpa, decomposed", prog="cuvil-opt")
-    assert cli.opt_main([str(src), "-p", "verify-no-cuvil{x=1}"]) == 1
+    assert opt.main([str(src), "-p", "verify-no-cuvil{x=1}"]) == 1
     assert_clean_error(1, capsys.readouterr().err, "pass 'verify-no-cuvil' takes no options", prog="cuvil-opt")
 
 
 def test_opt_parse_error_names_file_line_and_column(tmp_path, capsys):
     src = tmp_path / "bad.mlir"
     src.write_text(RELU_MLIR.replace("torch.aten.relu %x :", "torch.aten.relu %x, %x :"))
-    assert cli.opt_main([str(src)]) == 1
+    assert opt.main([str(src)]) == 1
     line = assert_clean_error(1, capsys.readouterr().err, prog="cuvil-opt")
     assert re.match(rf"cuvil-opt: error: {re.escape(str(src))}:2:\d+: ", line), line
 
 
 def test_opt_missing_and_binary_inputs(tmp_path, capsys):
-    assert cli.opt_main([str(tmp_path / "absent.mlir")]) == 1
+    assert opt.main([str(tmp_path / "absent.mlir")]) == 1
     assert_clean_error(1, capsys.readouterr().err, "input file not found", prog="cuvil-opt")
     junk = tmp_path / "junk.mlir"
     junk.write_bytes(bytes(range(128, 256)))
-    assert cli.opt_main([str(junk)]) == 1
+    assert opt.main([str(junk)]) == 1
     assert_clean_error(1, capsys.readouterr().err, "neither MLIR bytecode nor UTF-8 MLIR text", prog="cuvil-opt")
 
 
 def test_opt_split_input_file_keeps_going_after_an_error(tmp_path, capsys):
     src = tmp_path / "split.mlir"
     src.write_text(RELU_MLIR + "// -----\nfunc.func @broken( {\n// -----\n" + RELU_MLIR.replace("@f", "@g"))
-    assert cli.opt_main([str(src), "--split-input-file"]) == 1
+    assert opt.main([str(src), "--split-input-file"]) == 1
     captured = capsys.readouterr()
     chunks = captured.out.split("// -----\n")
     assert len(chunks) == 3
