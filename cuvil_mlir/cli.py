@@ -9,6 +9,7 @@
     cuvil bench model.cuvilpkg [--target vulkan] [--repetitions 200]
     cuvil check-patterns [FILE.py ...] [--pass NAME] [--pattern NAME] [--seeds N] [--json OUT]
     cuvil accuracy model.pt2 --precision fp16 [--budget 1e-3] [--json r.json]
+    cuvil profile model.pt2|model.cuvilpkg [--target cuda:h200] [--json p.json] [--plot p.png]
     cuvil-opt file.mlir -p raise-torch-to-cuvil,lower-cuvil-to-torch [--split-input-file] [-o out.mlir]
 
 Every error a user can cause prints one line ``cuvil: error: ...`` (plus ``reproduce with:``
@@ -260,6 +261,10 @@ def _cuvil_parser() -> argparse.ArgumentParser:
     p.add_argument("-O", dest="opt_level", type=int, choices=(0, 1, 2, 3), default=3, metavar="N", help="optimization level (default: -O3)")
     p.add_argument("--json", metavar="OUT.json", help="write the report (and the search) as JSON")
     p.set_defaults(command=_accuracy)
+
+    from cuvil_mlir import profile_cli  # cuvil profile (its own module)
+
+    profile_cli.add_parser(sub, common)
     return parser
 
 

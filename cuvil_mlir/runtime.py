@@ -125,6 +125,40 @@ class Session:
         except Exception as e:
             raise RuntimeFailure(f"calling '{function}' on driver '{self.driver}' failed: {_one_line(e)}") from e
 
+    # DLPack device type codes (dlpack.h): where this driver's buffers live
+    DLPACK_DEVICE = {"cuda": 2, "hip": 10, "local-task": 1, "local-sync": 1}
+
+    def invoke_dlpack(self, function: str, tensors: list) -> list:
+        """Device-resident I/O: objects with ``__dlpack__`` (torch tensors on this session's
+        device) in, DLPack capsules of the result buffers out, with no copy either way.
+
+        Inputs are imported as they are (IREE's ``from_dlpack_capsule``: the buffer wraps the
+        tensor's memory; the caller keeps the tensors alive and has finished writing them).
+        The call is synchronous: IREE's ``main`` waits on its results before returning, so
+        the returned buffers are complete. IREE's import of host memory needs 64-byte
+        alignment; the caller aligns (a fresh allocation is)."""
+        import iree.runtime as rt
+
+        code = self.DLPACK_DEVICE.get(self.driver)
+        if code is None:
+            raise RuntimeFailure(f"driver '{self.driver}' has no DLPack device type")
+        try:
+            vm_function = self._vm_function(function)
+            args = rt.VmVariantList(len(tensors))
+            for t in tensors:
+                args.push_ref(self._device.from_dlpack_capsule(t.__dlpack__()))
+            results = rt.VmVariantList(4)
+            self._ctx.vm_context.invoke(vm_function, args, results)
+            return [self._device.create_dlpack_capsule(results.get_as_object(i, rt.HalBufferView), code, self.device_ordinal)
+                    for i in range(len(results))]
+        except RuntimeFailure:
+            raise
+        except Exception as e:
+            raise RuntimeFailure(f"calling '{function}' on driver '{self.driver}' with device tensors failed: {_one_line(e)}") from e
+
+    # the ordinal of the device a Session creates (the driver's default device: the first)
+    device_ordinal = 0
+
     def _vm_function(self, function: str):
         vm_function = self._vm_module.lookup_function(function)
         if vm_function is None:
@@ -207,3 +241,16 @@ def _one_line(e: BaseException) -> str:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     text = " ".join(lines) if lines else type(e).__name__
     return f"{text} ({_one_line(e.__cause__)})" if e.__cause__ is not None else text
+
+
+def tool_path(name: str) -> str:
+    """The path of one of the IREE runtime's command-line tools (``iree-benchmark-module``,
+    ``iree-profile``), shipped in the runtime wheel beside its extension module."""
+    from pathlib import Path
+
+    import iree.runtime as rt
+
+    path = Path(rt.__file__).resolve().parent.parent / "_runtime_libs" / name
+    if not path.exists():
+        raise RuntimeFailure(f"the IREE runtime at {path.parent} has no '{name}' tool")
+    return str(path)

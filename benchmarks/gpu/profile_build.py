@@ -1,0 +1,76 @@
+"""Build what the H200 profile run needs (issue 14), on this CPU machine, into .gpu/profile/:
+packages compiled with their dispatch call sites recorded (cuvil_mlir/profile.py), xz-compressed
+for the device tool, and their inputs. profile_run.py measures them there.
+
+    python benchmarks/gpu/profile_build.py [--out /work/main/.gpu/profile] [--cases gpt2-12l-b1,block768-b8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gpu_models  # noqa: E402
+
+# case -> (builder, its arguments, compile options); fp16 models, sign weights (gpu_models.py)
+CASES = {
+    # HF GPT-2 small: 12 layers, d=768, 12 heads, T=128, vocab 256 (small vocab: the module travels)
+    "gpt2-12l-b1": ("gpt2", {"layers": 12, "d_model": 768, "heads": 12, "seq": 128, "batch": 1, "weights": "sign"}, {}),
+    # one GPT block at batch 8: 1.5 MiB in, 1.5 MiB out, for the I/O paths
+    "block768-b8": ("gpt_block", {"batch": 8, "seq": 128, "d_model": 768, "heads": 12, "weights": "sign"}, {}),
+}
+
+
+def build(name: str, out: Path, target: str) -> dict:
+    import torch
+
+    from cuvil_mlir.pipeline import Options, compile_program
+
+    builder, kwargs, options = CASES[name]
+    model, args = gpu_models.build(builder, kwargs)
+    model = model.half()
+    args = tuple(a.half() if a.is_floating_point() else a for a in args)
+    start = time.perf_counter()
+    compiled = compile_program(model, args, Options(target=target, record_dispatches=True, **options))
+    seconds = time.perf_counter() - start
+    pkg = out / f"{name}.cuvilpkg"
+    compiled.save(pkg)
+    (out / f"{name}.cuvilpkg.xz").write_bytes(lzma.compress(pkg.read_bytes(), preset=6))
+    pkg.unlink()
+    for i, a in enumerate(args):
+        np.save(out / f"{name}.input{i}.npy", a.numpy())
+    with torch.no_grad():
+        ref = model.float()(*[a.float() if a.is_floating_point() else a for a in args])
+    ref = ref if isinstance(ref, torch.Tensor) else ref[0]
+    np.save(out / f"{name}.ref0.npy", ref.numpy())
+    sites = compiled.metadata["dispatches"][compiled.modules[0].target]
+    return {"case": name, "builder": builder, "kwargs": kwargs, "target": target, "compile_seconds": round(seconds, 1),
+            "dispatches": len(sites), "xz_bytes": (out / f"{name}.cuvilpkg.xz").stat().st_size, "inputs": len(args)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default="/work/main/.gpu/profile")
+    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--target", default="cuda:h200")
+    opts = p.parse_args()
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    for name in opts.cases.split(","):
+        manifest[name] = build(name, out, opts.target)
+        print(json.dumps(manifest[name]), flush=True)
+        manifest_path.write_text(json.dumps(manifest, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The H200 side of issue 14 (runs THERE, with the IREE runtime wheel, torch with CUDA and
+cuvil_mlir's runtime side on PYTHONPATH; profile_device.sh sets that up):
+
+  1. profile: cuvil_mlir.profile.profile_compiled on each package profile_build.py made, with
+     IREE's CUDA runtime as it is (streams) and with CUDA-graph command buffers
+     (--cuda_use_streams=false) -> $OUT/<case>.<mode>.profile.json
+  2. I/O paths: a CompiledModel call with numpy in/out (host path) and with torch CUDA tensors
+     in/out (device-resident, DLPack), the raw Session.invoke_dlpack, and whether IREE and torch
+     share the primary CUDA context -> $OUT/io.json
+
+    python3 benchmarks/gpu/profile_run.py .gpu/profile --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import lzma
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+WARMUP, CALLS = 30, 300
+# tried in order when the default mode gives no per-dispatch timing on this driver
+FALLBACK_MODES = ("dispatch-events", "queue-events,dispatch-events", "device-queue-events", "command-region-events", "host-execution")
+
+
+def unpack(folder: Path, case: str, tmp: Path) -> Path:
+    pkg = tmp / f"{case}.cuvilpkg"
+    if not pkg.exists():
+        pkg.write_bytes(lzma.decompress((folder / f"{case}.cuvilpkg.xz").read_bytes()))
+    return pkg
+
+
+def timed(fn) -> dict:
+    for _ in range(WARMUP):
+        fn()
+    samples = []
+    for _ in range(CALLS):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return {"median_us": statistics.median(samples), "p10_us": float(np.percentile(samples, 10)),
+            "p90_us": float(np.percentile(samples, 90))}
+
+
+def profiles(folder: Path, case: str, pkg: Path, out: Path) -> dict:
+    from cuvil_mlir import load
+    from cuvil_mlir.profile import print_profile, profile_compiled, write_json
+
+    compiled = load(pkg)
+    inputs = [np.load(folder / f"{case}.input{i}.npy") for i in range(len(compiled.signature.inputs))]
+    result = {}
+    for name, flags in (("streams", ()), ("graphs", ("--cuda_use_streams=false",))):
+        try:
+            prof = profile_compiled(compiled, inputs, runtime_flags=flags, model=case, modes=FALLBACK_MODES)
+        except Exception as e:
+            result[name] = f"failed: {type(e).__name__}: {e}"
+            print(f"{case} {name}: {result[name]}", flush=True)
+            continue
+        write_json(prof, out / f"{case}.{name}.profile.json")
+        print_profile(prof, limit=12)
+        t = prof["totals"]
+        result[name] = {k: t[k] for k in ("wall_us", "dispatch_us", "gap_us", "dispatches")} | {"mode": prof["profiling_mode"]}
+    return result
+
+
+def cuda_contexts():
+    """(IREE's current context after a call, the device's primary context) as integers, via libcuda."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    current, primary, dev = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int()
+    cuda.cuCtxGetCurrent(ctypes.byref(current))
+    cuda.cuDeviceGet(ctypes.byref(dev), 0)
+    cuda.cuDevicePrimaryCtxRetain(ctypes.byref(primary), dev)
+    cuda.cuDevicePrimaryCtxRelease(dev)
+    return current.value, primary.value
+
+
+def io_paths(folder: Path, case: str, pkg: Path) -> dict:
+    import torch
+
+    from cuvil_mlir import load
+
+    compiled = load(pkg)
+    inputs = [np.load(folder / f"{case}.input{i}.npy") for i in range(len(compiled.signature.inputs))]
+    on_gpu = [torch.from_numpy(a).cuda() for a in inputs]
+    row = {"case": case, "input_bytes": int(sum(a.nbytes for a in inputs))}
+    host = compiled(*inputs)
+    host = host if isinstance(host, tuple) else (host,)
+    row["output_bytes"] = int(sum(o.nbytes for o in host))
+    iree_ctx, primary = cuda_contexts()  # right after an IREE call on this thread
+    dev = compiled(*on_gpu)
+    dev = dev if isinstance(dev, tuple) else (dev,)
+    torch_sum = float(dev[0].float().sum())  # a torch kernel reading IREE's buffer
+    torch_ctx, _ = cuda_contexts()
+    row["contexts"] = {"iree_current": hex(iree_ctx or 0), "torch_current": hex(torch_ctx or 0), "primary": hex(primary or 0),
+                       "shared": iree_ctx == primary == torch_ctx}
+    row["device_outputs"] = [f"{o.device} {o.dtype} {list(o.shape)}" for o in dev]
+    row["same_outputs"] = all(np.array_equal(h, d.cpu().numpy()) for h, d in zip(host, dev))
+    row["torch_reads_output"] = abs(torch_sum - float(host[0].astype(np.float64).sum())) <= 1e-3 * max(1.0, abs(torch_sum))
+
+    session = compiled._session
+    row["host_numpy"] = timed(lambda: compiled(*inputs))
+    row["torch_cpu"] = timed(lambda: compiled(*[torch.from_numpy(a) for a in inputs]))
+    row["torch_cuda"] = timed(lambda: compiled(*on_gpu))
+    row["torch_cuda_then_sync"] = timed(lambda: (compiled(*on_gpu), torch.cuda.synchronize()))
+    row["invoke_dlpack_raw"] = timed(lambda: session.invoke_dlpack("main", on_gpu))
+    # torch's own floor for comparison: a host sync with nothing queued
+    row["torch_stream_sync"] = timed(lambda: torch.cuda.current_stream().synchronize())
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("folder")
+    p.add_argument("--out", required=True)
+    p.add_argument("--cases", default=None)
+    opts = p.parse_args()
+    folder, out = Path(opts.folder), Path(opts.out)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    cases = opts.cases.split(",") if opts.cases else list(manifest)
+    tmp = Path("/tmp/cuvil-profile-pkgs")
+    tmp.mkdir(exist_ok=True)
+    summary = {"profiles": {}, "io": []}
+    for case in cases:
+        pkg = unpack(folder, case, tmp)
+        for what, fn in (("io", lambda: summary["io"].append(io_paths(folder, case, pkg))),
+                         ("profiles", lambda: summary["profiles"].__setitem__(case, profiles(folder, case, pkg, out)))):
+            try:
+                fn()
+            except Exception:
+                summary.setdefault("errors", []).append(f"{case} {what}: {traceback.format_exc()[-1500:]}")
+                print(summary["errors"][-1], file=sys.stderr, flush=True)
+            (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
