@@ -43,20 +43,30 @@ def call(compiled, inputs) -> list | None:
     session = compiled._session
     if session is None or session.driver != "cuda" or any(x.device != torch.device("cuda", session.device_ordinal) for x in inputs):
         return None
-    tensors = [_importable(x) for x in inputs]
+    tensors = [_importable(x, torch) for x in inputs]
     torch.cuda.current_stream(tensors[0].device).synchronize()
+    function = compiled.metadata.get("function", "main")
     try:
-        capsules = session.invoke_dlpack(compiled.metadata.get("function", "main"), tensors)
+        if session.exports_results is not False:
+            try:
+                capsules = session.invoke_dlpack(function, tensors)
+                session.exports_results = True
+                return [torch.from_dlpack(c) for c in capsules]
+            except RuntimeFailure as e:
+                if session.exports_results or "export" not in e.message:
+                    raise
+                session.exports_results = False  # results from IREE's stream-ordered pool: copy out from now on
+        capsules = session.invoke_dlpack(function, tensors, copy_out=True)
     except RuntimeFailure as e:
         warnings.warn(f"device-resident call failed, taking the host path: {e.message}", RuntimeWarning, stacklevel=3)
         return None
     return [torch.from_dlpack(c) for c in capsules]
 
 
-def _importable(x):
+def _importable(x, torch):
     x = x.detach()
     if not x.is_contiguous() or x.data_ptr() % ALIGNMENT:
-        x = x.contiguous() if not x.is_contiguous() else x.clone()
+        return x.clone(memory_format=torch.contiguous_format)  # a fresh, aligned allocation
     return x
 
 

@@ -23,9 +23,11 @@ docs/profiling.md has the JSON schema and how to read a profile.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -40,9 +42,11 @@ from cuvil_mlir.diagnostics import CuvilError, RuntimeFailure, module_path
 
 SCHEMA_VERSION = 1
 
-# driver -> HAL profiling data families that give per-dispatch timings, tried in order
+# driver -> how per-dispatch timings are taken, tried in order: IREE HAL profiling data families,
+# or "ncu" (Nsight Compute: IREE 3.13's CUDA driver has no HAL-native profiling, "UNIMPLEMENTED;
+# CUDA HAL-native profiling is not implemented", checked on the H200)
 PROFILING_MODES = {
-    "cuda": ("dispatch-events",),
+    "cuda": ("dispatch-events", "ncu"),
     "hip": ("dispatch-events",),
     "local-task": ("host-execution",),
     "local-sync": ("host-execution",),
@@ -72,14 +76,17 @@ class Timing:
     profiling_mode: str
     commands: list[str] = field(default_factory=list)
     runtime_flags: list[str] = field(default_factory=list)
+    failed_modes: dict[str, str] = field(default_factory=dict)  # profiling modes tried first that gave nothing, and why
 
 
 def measure(vmfb: bytes | str | os.PathLike, driver: str, inputs: list[np.ndarray], *, function: str = "main",
             repetitions: int = 10, iterations: int = 20, runtime_flags=(), sites: list[dict] | None = None,
-            workdir: str | os.PathLike | None = None, modes=None) -> Timing:
+            workdir: str | os.PathLike | None = None, modes=None, keep_profile: str | os.PathLike | None = None) -> Timing:
     """Time ``vmfb`` on ``driver``: the wall time of one call, and each dispatch's time from IREE's
     HAL profiling. ``sites`` (the compile side's call sites) tells how many dispatches of each
-    exported function one call makes; without it, the rarest function is taken to run once."""
+    exported function one call makes; without it, the rarest function is taken to run once.
+    ``modes``: the profiling data families to try (default: the driver's, PROFILING_MODES);
+    ``keep_profile``: where to copy the raw profile bundle (``iree-profile`` reads it)."""
     from cuvil_mlir.runtime import tool_path
 
     with tempfile.TemporaryDirectory(prefix="cuvil-profile-", dir=workdir) as tmp:
@@ -95,27 +102,66 @@ def measure(vmfb: bytes | str | os.PathLike, driver: str, inputs: list[np.ndarra
         wall_cmd = [*base, f"--benchmark_repetitions={repetitions}", "--benchmark_min_warmup_time=0.5",
                     "--benchmark_format=json", "--benchmark_min_time=0.2s"]
         samples = _wall_samples(_run(wall_cmd))
-        last_error = None
+        failed: dict[str, str] = {}
         for mode in modes or PROFILING_MODES.get(driver, DEFAULT_PROFILING_MODES):
             prof = tmp / f"{mode}.ireeprof"
             prof_cmd = [*base, f"--benchmark_min_time={iterations}x", "--benchmark_repetitions=1",
                         f"--device_profiling_mode={mode}", f"--device_profiling_output={prof}"]
             try:
-                _run(prof_cmd)
-                groups = _dispatch_groups(_run([tool_path("iree-profile"), "dispatch", "--format=jsonl", str(prof)]))
+                if mode == "ncu":
+                    prof_cmd, groups = _ncu(base, sites, prof)
+                else:
+                    _run(prof_cmd)
+                    groups = _dispatch_groups(_run([tool_path("iree-profile"), "dispatch", "--format=jsonl", str(prof)]))
             except RuntimeFailure as e:
-                last_error = e
+                failed[mode] = e.message
                 continue
             if not groups:
-                last_error = RuntimeFailure(f"IREE's '{mode}' profiling on driver '{driver}' recorded no dispatch")
+                failed[mode] = f"IREE's '{mode}' profiling on driver '{driver}' recorded no dispatch"
                 continue
+            if keep_profile:
+                shutil.copyfile(prof if mode != "ncu" else prof.with_suffix(".ncu.csv"), keep_profile)
             per_call = _per_call(groups, sites)
             invocations = max(1, round(statistics.median(n / per_call[k] for k, (n, _) in groups.items() if per_call.get(k))))
             return Timing(driver, statistics.median(samples), samples,
                           {k: total / invocations for k, (_, total) in groups.items()},
                           {k: n / invocations for k, (n, _) in groups.items()}, invocations, mode,
-                          [_shell(wall_cmd, tmp), _shell(prof_cmd, tmp)], list(runtime_flags))
-        raise RuntimeFailure(f"no per-dispatch timing on driver '{driver}': {last_error.message if last_error else 'no mode'}")
+                          [_shell(wall_cmd, tmp), _shell(prof_cmd, tmp)], list(runtime_flags), failed)
+        why = "; ".join(f"{m}: {e}" for m, e in failed.items()) or "no profiling mode"
+        raise RuntimeFailure(f"no per-dispatch timing on driver '{driver}': {why}")
+
+
+# Nsight Compute, as it times each kernel: the card's clocks and caches left as they are
+NCU_FLAGS = ("--csv", "--print-units=base", "--metrics=gpu__time_duration.sum", "--clock-control=none",
+             "--cache-control=none", "--target-processes=all")
+NCU_CALLS = 3  # calls timed, after one untimed
+
+
+def _ncu(base: list[str], sites: list[dict] | None, raw: Path) -> tuple[list[str], dict[str, tuple[int, float]]]:
+    """Each kernel's device time from ``ncu`` around iree-benchmark-module (kernels run one at a
+    time under it, so this is kernel time without the overlap or the launch gaps of a real call);
+    the first call is skipped when the call sites say how many kernels it launches."""
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    if not Path(ncu).exists():
+        raise RuntimeFailure("ncu (Nsight Compute) is not on this machine")
+    window = [f"--launch-skip={len(sites)}", f"--launch-count={len(sites) * NCU_CALLS}"] if sites else []
+    cmd = [ncu, *NCU_FLAGS, *window, *base, f"--benchmark_min_time={NCU_CALLS + 1}x", "--benchmark_repetitions=1"]
+    text = _run(cmd)
+    raw.with_suffix(".ncu.csv").write_text(text)
+    return cmd, ncu_groups(text)
+
+
+def ncu_groups(text: str) -> dict[str, tuple[int, float]]:
+    """ncu's --csv output -> kernel name -> (launches, total ns of gpu__time_duration.sum)."""
+    groups: dict[str, list] = {}
+    for row in csv.DictReader(line for line in text.splitlines() if line.startswith('"')):
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        scale = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6}.get(row.get("Metric Unit", "ns"), 1.0)
+        entry = groups.setdefault(row["Kernel Name"], [0, 0.0])
+        entry[0] += 1
+        entry[1] += float(row["Metric Value"].replace(",", "")) * scale
+    return {k: (n, total) for k, (n, total) in groups.items()}
 
 
 def _run(cmd: list[str]) -> str:
@@ -212,6 +258,7 @@ def join(timing: Timing, sites: list[dict] | None, *, target: str, peak: dict | 
         "driver": timing.driver,
         "peak": peak,
         "profiling_mode": timing.profiling_mode,
+        "profiling_modes_failed": timing.failed_modes,
         "runtime_flags": timing.runtime_flags,
         "commands": timing.commands,
         "totals": {
@@ -326,7 +373,7 @@ def profile(model, args=(), *, target: str = "cpu", inputs=None, repetitions: in
 
 
 def profile_compiled(compiled, inputs=None, *, repetitions: int = 10, iterations: int = 20, runtime_flags=(),
-                     model: str = "", workdir=None, modes=None) -> dict:
+                     model: str = "", workdir=None, modes=None, keep_profile=None) -> dict:
     """Profile a CompiledModel's first module that can run here (see ``profile``)."""
     from cuvil_mlir.measure import random_array, to_numpy
     from cuvil_mlir.signature import as_signature
@@ -342,7 +389,8 @@ def profile_compiled(compiled, inputs=None, *, repetitions: int = 10, iterations
     compiled.signature.check(arrays)
     sites = compiled.metadata.get("dispatches", {}).get(target)
     timing = measure(module.vmfb, module.driver, arrays, function=compiled.metadata.get("function", "main"),
-                     repetitions=repetitions, iterations=iterations, runtime_flags=runtime_flags, sites=sites, workdir=workdir, modes=modes)
+                     repetitions=repetitions, iterations=iterations, runtime_flags=runtime_flags, sites=sites, workdir=workdir, modes=modes,
+                     keep_profile=keep_profile)
     out = join(timing, sites, target=target, peak=parse_target(target).peak(),
                pattern_sites=compiled.metadata.get("pattern_sites"), model=model)
     if sites is None:

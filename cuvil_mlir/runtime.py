@@ -114,6 +114,7 @@ class Session:
         self._module = self._ctx.modules[self._vm_module.name]
         self._invokers: dict = {}
         self._staging: dict[int, list] = {}  # allocation size -> host staging buffers, reused across calls
+        self.exports_results: bool | None = None  # whether invoke_dlpack can hand out IREE's result buffers (None: not tried)
 
     def invoke(self, function: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
         try:
@@ -128,15 +129,19 @@ class Session:
     # DLPack device type codes (dlpack.h): where this driver's buffers live
     DLPACK_DEVICE = {"cuda": 2, "hip": 10, "local-task": 1, "local-sync": 1}
 
-    def invoke_dlpack(self, function: str, tensors: list) -> list:
+    def invoke_dlpack(self, function: str, tensors: list, *, copy_out: bool = False) -> list:
         """Device-resident I/O: objects with ``__dlpack__`` (torch tensors on this session's
-        device) in, DLPack capsules of the result buffers out, with no copy either way.
+        device) in, DLPack capsules of results on the device out, with no host round trip.
 
         Inputs are imported as they are (IREE's ``from_dlpack_capsule``: the buffer wraps the
-        tensor's memory; the caller keeps the tensors alive and has finished writing them).
-        The call is synchronous: IREE's ``main`` waits on its results before returning, so
-        the returned buffers are complete. IREE's import of host memory needs 64-byte
-        alignment; the caller aligns (a fresh allocation is)."""
+        tensor's memory; the caller keeps the tensors alive and has finished writing them;
+        IREE's import needs 64-byte aligned data, which a fresh allocation is). The call is
+        synchronous: IREE's ``main`` waits for its results before returning.
+
+        Results: IREE's own result buffers (no copy), or with ``copy_out`` copies of them on the
+        device into buffers of the device allocator. IREE's CUDA driver exports only buffers of
+        its allocator, not the stream-ordered pool a call allocates its results from ("CUDA
+        buffer type is not supported for export as an external device allocation", the H200)."""
         import iree.runtime as rt
 
         code = self.DLPACK_DEVICE.get(self.driver)
@@ -149,12 +154,34 @@ class Session:
                 args.push_ref(self._device.from_dlpack_capsule(t.__dlpack__()))
             results = rt.VmVariantList(4)
             self._ctx.vm_context.invoke(vm_function, args, results)
-            return [self._device.create_dlpack_capsule(results.get_as_object(i, rt.HalBufferView), code, self.device_ordinal)
-                    for i in range(len(results))]
+            views = [results.get_as_object(i, rt.HalBufferView) for i in range(len(results))]
+            if copy_out:
+                views = self._copy_on_device(views)
+            return [self._device.create_dlpack_capsule(v, code, self.device_ordinal) for v in views]
         except RuntimeFailure:
             raise
         except Exception as e:
             raise RuntimeFailure(f"calling '{function}' on driver '{self.driver}' with device tensors failed: {_one_line(e)}") from e
+
+    def _copy_on_device(self, views) -> list:
+        """Each result buffer copied into a fresh buffer of the device allocator (the caching
+        one: pooled), one chain of copies waited on once; views of the copies, same shape."""
+        import iree.runtime as rt
+
+        device = self._device
+        semaphore, step, out = device.create_semaphore(0), 0, []
+        for view in views:
+            source = view.get_buffer()  # may be longer than the view; the view starts at its start
+            target = device.allocator.allocate_buffer(memory_type=rt.MemoryType.DEVICE_LOCAL,
+                                                      allowed_usage=rt.BufferUsage.DEFAULT,
+                                                      allocation_size=max(source.byte_length(), 1))
+            if source.byte_length():
+                device.queue_copy(source, target, wait_semaphores=rt.HalFence.create_at(semaphore, step),
+                                  signal_semaphores=rt.HalFence.create_at(semaphore, step + 1))
+                step += 1
+            out.append(rt.HalBufferView(target, list(view.shape), view.element_type))
+        rt.HalFence.create_at(semaphore, step).wait()
+        return out
 
     # the ordinal of the device a Session creates (the driver's default device: the first)
     device_ordinal = 0

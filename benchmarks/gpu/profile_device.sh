@@ -14,3 +14,4 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,
 python3 -c "import torch, numpy, sys; print('torch', torch.__version__, torch.version.cuda, 'numpy', numpy.__version__, sys.version.split()[0])" | tee $OUT/versions.txt
 which ncu nsys 2>&1 | tee $OUT/tools.txt
 python3 $CODE/benchmarks/gpu/profile_run.py $PKGS --out $OUT ${CASES:+--cases $CASES} 2>&1 | tee $OUT/run.log | tail -150
+python3 $CODE/benchmarks/gpu/profile_run.py $PKGS --out $OUT ${CASES:+--cases $CASES} --export-mode 2>&1 | tee $OUT/export.log | tail -30

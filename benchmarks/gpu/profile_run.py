@@ -58,7 +58,8 @@ def profiles(folder: Path, case: str, pkg: Path, out: Path) -> dict:
     result = {}
     for name, flags in (("streams", ()), ("graphs", ("--cuda_use_streams=false",))):
         try:
-            prof = profile_compiled(compiled, inputs, runtime_flags=flags, model=case, modes=FALLBACK_MODES)
+            prof = profile_compiled(compiled, inputs, runtime_flags=flags, model=case, modes=FALLBACK_MODES,
+                                    keep_profile=out / f"{case}.{name}.ireeprof")
         except Exception as e:
             result[name] = f"failed: {type(e).__name__}: {e}"
             print(f"{case} {name}: {result[name]}", flush=True)
@@ -104,6 +105,10 @@ def io_paths(folder: Path, case: str, pkg: Path) -> dict:
     row["same_outputs"] = all(np.array_equal(h, d.cpu().numpy()) for h, d in zip(host, dev))
     row["torch_reads_output"] = abs(torch_sum - float(host[0].astype(np.float64).sum())) <= 1e-3 * max(1.0, abs(torch_sum))
 
+    # a view 4 bytes into its allocation (IREE imports 64-byte aligned pointers only): copied first
+    shifted = [torch.cat([torch.zeros(1, dtype=t.dtype, device=t.device), t.flatten()])[1:].view(t.shape) for t in on_gpu]
+    again = compiled(*shifted)
+    row["unaligned_view_ok"] = all(np.array_equal(h, d.cpu().numpy()) for h, d in zip(host, again if isinstance(again, tuple) else (again,)))
     session = compiled._session
     row["host_numpy"] = timed(lambda: compiled(*inputs))
     row["torch_cpu"] = timed(lambda: compiled(*[torch.from_numpy(a) for a in inputs]))
@@ -112,7 +117,59 @@ def io_paths(folder: Path, case: str, pkg: Path) -> dict:
     row["invoke_dlpack_raw"] = timed(lambda: session.invoke_dlpack("main", on_gpu))
     # torch's own floor for comparison: a host sync with nothing queued
     row["torch_stream_sync"] = timed(lambda: torch.cuda.current_stream().synchronize())
+    row["results"] = "exported" if session.exports_results else "copied on the device (copy_out)"
+    row["cupti"] = cupti(compiled, on_gpu, len(compiled.metadata.get("dispatches", {}).get(compiled.active_target, [])))
     return row
+
+
+def cupti(compiled, on_gpu, per_call: int, calls: int = 10) -> dict:
+    """The kernels of ``calls`` CompiledModel calls as CUPTI (torch.profiler) sees them in a normal
+    run (not serialized as under ncu): kernel time per call, and the span of a call's kernels on the
+    device minus their sum (the gaps between kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(5):
+        compiled(*on_gpu)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            compiled(*on_gpu)
+    path = Path("/tmp/cuvil-cupti.json")
+    prof.export_chrome_trace(str(path))
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+    events.sort(key=lambda e: e["ts"])
+    iree = [e for e in events if "_dispatch_" in e["name"]]
+    out = {"kernels": len(events), "iree_kernels": len(iree), "other_kernels": sorted({e["name"][:60] for e in events} - {e["name"][:60] for e in iree})[:5]}
+    if not iree or not per_call or len(iree) % per_call:
+        return out
+    spans, sums = [], []
+    for i in range(0, len(iree), per_call):
+        chunk = iree[i:i + per_call]
+        spans.append(chunk[-1]["ts"] + chunk[-1]["dur"] - chunk[0]["ts"])
+        sums.append(sum(e["dur"] for e in chunk))
+    by_name = {}
+    for e in iree:
+        by_name.setdefault(e["name"], []).append(e["dur"])
+    out.update({"calls": len(spans), "kernel_us_per_call": statistics.median(sums), "span_us_per_call": statistics.median(spans),
+                "gaps_us_per_call": statistics.median(s - k for s, k in zip(spans, sums)),
+                "per_kernel_us": {k: sum(v) / len(spans) for k, v in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))}})
+    return out
+
+
+def export_mode(folder: Path, case: str, pkg: Path) -> dict:
+    """Device-resident calls with IREE's results exported as they are: IREE's CUDA allocations made
+    synchronous (--cuda_async_allocations=false, a process-wide runtime flag: run in its own process)."""
+    import iree.runtime as rt
+    import torch
+
+    rt.flags.parse_flags("--cuda_async_allocations=false")
+    from cuvil_mlir import load
+
+    compiled = load(pkg)
+    inputs = [np.load(folder / f"{case}.input{i}.npy") for i in range(len(compiled.signature.inputs))]
+    on_gpu = [torch.from_numpy(a).cuda() for a in inputs]
+    compiled(*on_gpu)
+    return {"case": case, "results": "exported" if compiled._session.exports_results else "copied on the device",
+            "torch_cuda": timed(lambda: compiled(*on_gpu)), "host_numpy": timed(lambda: compiled(*inputs))}
 
 
 def main() -> None:
@@ -120,12 +177,18 @@ def main() -> None:
     p.add_argument("folder")
     p.add_argument("--out", required=True)
     p.add_argument("--cases", default=None)
+    p.add_argument("--export-mode", action="store_true", help="only export_mode() for --cases (own process)")
     opts = p.parse_args()
     folder, out = Path(opts.folder), Path(opts.out)
     manifest = json.loads((folder / "manifest.json").read_text())
     cases = opts.cases.split(",") if opts.cases else list(manifest)
     tmp = Path("/tmp/cuvil-profile-pkgs")
     tmp.mkdir(exist_ok=True)
+    if opts.export_mode:
+        rows = [export_mode(folder, case, unpack(folder, case, tmp)) for case in cases]
+        (out / "export_mode.json").write_text(json.dumps(rows, indent=1))
+        print(json.dumps(rows, indent=1))
+        return
     summary = {"profiles": {}, "io": []}
     for case in cases:
         pkg = unpack(folder, case, tmp)

@@ -202,3 +202,17 @@ def test_cli_profile_build_only_then_package(tmp_path, capsys):
     prof = profile.load_profile(tmp_path / "p.json")
     assert any("fc2" in r["module_paths"] for r in prof["rows"])
     assert np.isfinite(prof["totals"]["wall_us"])
+
+
+def test_ncu_csv_is_grouped_per_kernel():
+    text = "\n".join([
+        "==PROF== Connected to process 1",
+        '"ID","Process ID","Kernel Name","Context","Stream","Metric Name","Metric Unit","Metric Value"',
+        '"0","1","main$async_dispatch_0_reduction_128x768_f16","1","13","gpu__time_duration.sum","nsecond","2,048"',
+        '"1","1","main$async_dispatch_1_matmul_like_128x2304x768_f16xf16xf32","1","13","gpu__time_duration.sum","usecond","5.5"',
+        '"2","1","main$async_dispatch_0_reduction_128x768_f16","1","13","gpu__time_duration.sum","nsecond","1952"',
+        '"2","1","main$async_dispatch_0_reduction_128x768_f16","1","13","sm__throughput.avg.pct_of_peak","%","12"',
+    ])
+    groups = profile.ncu_groups(text)
+    assert groups == {"main$async_dispatch_0_reduction_128x768_f16": (2, 4000.0),
+                      "main$async_dispatch_1_matmul_like_128x2304x768_f16xf16xf32": (1, 5500.0)}
