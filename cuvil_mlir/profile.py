@@ -198,10 +198,22 @@ def _dispatch_groups(jsonl: str) -> dict[str, tuple[int, float]]:
     return device or host
 
 
+def kernel_name(key: str) -> str:
+    """The name a dispatch's kernel has on the device: IREE's CUDA backend writes the export
+    ``main$async_dispatch_1_...`` as ``main_async_dispatch_1_...`` (PTX names have no ``$``)."""
+    return key.replace("$", "_")
+
+
+def _export_of(kernel: str, exports) -> str:
+    """The export whose kernel is named ``kernel``, or ""."""
+    return next((e for e in exports if kernel_name(e) == kernel), "")
+
+
 def _per_call(groups: dict, sites: list[dict] | None) -> dict[str, int]:
-    """Export name -> how many times one call dispatches it."""
+    """Export (or kernel) name -> how many times one call dispatches it."""
     if sites:
-        return dict(Counter(s["key"] for s in sites))
+        counts = Counter(s["key"] for s in sites)
+        return {k: counts.get(k) or counts.get(_export_of(k, counts), 0) for k in groups}
     fewest = min(n for n, _ in groups.values())
     return {k: max(1, round(n / fewest)) for k, (n, _) in groups.items()}
 
@@ -217,13 +229,17 @@ def join(timing: Timing, sites: list[dict] | None, *, target: str, peak: dict | 
     by_key: dict[str, list[dict]] = {}
     for s in sites or []:
         by_key.setdefault(s["key"], []).append(s)
-    keys = set(timing.dispatch_ns) | set(by_key)
-    total_ns = sum(timing.dispatch_ns.values())
+    # timed names -> the exports' (a CUDA kernel's name has "_" where the export has "$")
+    exports = {kernel_name(k): k for k in by_key}
+    dispatch_ns = {exports.get(kernel_name(k), k): v for k, v in timing.dispatch_ns.items()}
+    dispatch_count = {exports.get(kernel_name(k), k): v for k, v in timing.dispatch_count.items()}
+    keys = set(dispatch_ns) | set(by_key)
+    total_ns = sum(dispatch_ns.values())
     rows = []
     for key in keys:
         calls = by_key.get(key, [])
-        ns = timing.dispatch_ns.get(key)
-        count = timing.dispatch_count.get(key, len(calls))
+        ns = dispatch_ns.get(key)
+        count = dispatch_count.get(key, len(calls))
         flops = sum(c["flops"] for c in calls) if calls else None
         nbytes = sum(c["bytes"] for c in calls) if calls else None
         paths = [module_path(c["location"]) for c in calls]

@@ -20,10 +20,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpu_models  # noqa: E402
 
-# case -> (builder, its arguments, compile options); fp16 models, sign weights (gpu_models.py)
+# case -> (builder, its arguments, compile options[, target]); fp16 models, sign weights (gpu_models.py)
+GPT2_12L = {"layers": 12, "d_model": 768, "heads": 12, "seq": 128, "batch": 1, "weights": "sign"}
 CASES = {
     # HF GPT-2 small: 12 layers, d=768, 12 heads, T=128, vocab 256 (small vocab: the module travels)
-    "gpt2-12l-b1": ("gpt2", {"layers": 12, "d_model": 768, "heads": 12, "seq": 128, "batch": 1, "weights": "sign"}, {}),
+    "gpt2-12l-b1": ("gpt2", GPT2_12L, {}),
+    # the same for Hopper described to IREE (sm_90 PTX, 132 SMs: IREE's tile heuristics see the chip)
+    "gpt2-12l-b1-td": ("gpt2", GPT2_12L, {}, "cuda:h200{hopper-mode=target-description}"),
     # one GPT block at batch 8: 1.5 MiB in, 1.5 MiB out, for the I/O paths
     "block768-b8": ("gpt_block", {"batch": 8, "seq": 128, "d_model": 768, "heads": 12, "weights": "sign"}, {}),
 }
@@ -34,7 +37,8 @@ def build(name: str, out: Path, target: str) -> dict:
 
     from cuvil_mlir.pipeline import Options, compile_program
 
-    builder, kwargs, options = CASES[name]
+    builder, kwargs, options, *own_target = CASES[name]
+    target = own_target[0] if own_target else target
     model, args = gpu_models.build(builder, kwargs)
     model = model.half()
     args = tuple(a.half() if a.is_floating_point() else a for a in args)

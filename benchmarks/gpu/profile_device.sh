@@ -15,3 +15,5 @@ python3 -c "import torch, numpy, sys; print('torch', torch.__version__, torch.ve
 which ncu nsys 2>&1 | tee $OUT/tools.txt
 python3 $CODE/benchmarks/gpu/profile_run.py $PKGS --out $OUT ${CASES:+--cases $CASES} 2>&1 | tee $OUT/run.log | tail -150
 python3 $CODE/benchmarks/gpu/profile_run.py $PKGS --out $OUT ${CASES:+--cases $CASES} --export-mode 2>&1 | tee $OUT/export.log | tail -30
+# the device tool brings back a few files only: everything in one archive
+cd $OUT && tar -czf /tmp/results.tgz * && rm -rf $OUT/* && mv /tmp/results.tgz $OUT/

@@ -101,3 +101,17 @@ def test_invoke_dlpack_copy_out_gives_the_same_results(mlp_cpu):
     got = torch.from_dlpack(capsule)
     assert got.shape == tuple(want.shape)
     np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_bench_io_device_needs_a_cuda_module(mlp_cpu, tmp_path):
+    from cuvil_mlir.diagnostics import CuvilError
+    from cuvil_mlir.harness import bench_package
+
+    compiled, _, _ = mlp_cpu
+    compiled.save(tmp_path / "m.cuvilpkg")
+    with pytest.raises(CuvilError, match="io=device needs a module on IREE's cuda driver"):
+        bench_package(tmp_path / "m.cuvilpkg", repetitions=1, warmup=0, min_time=0, io="device")
+    with pytest.raises(CuvilError, match="io must be"):
+        bench_package(tmp_path / "m.cuvilpkg", repetitions=1, warmup=0, min_time=0, io="gpu")
+    result = bench_package(tmp_path / "m.cuvilpkg", repetitions=2, warmup=0, min_time=0, max_time=5)
+    assert result["io"] == "host"

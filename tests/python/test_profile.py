@@ -216,3 +216,11 @@ def test_ncu_csv_is_grouped_per_kernel():
     groups = profile.ncu_groups(text)
     assert groups == {"main$async_dispatch_0_reduction_128x768_f16": (2, 4000.0),
                       "main$async_dispatch_1_matmul_like_128x2304x768_f16xf16xf32": (1, 5500.0)}
+
+
+def test_join_matches_cuda_kernel_names_to_exports():
+    sites = [{"key": "main$async_dispatch_0_x", "location": 'loc("fc"(unknown))', "reads": [], "writes": [], "bytes": 8, "flops": 0}]
+    timing = _timing(dispatch_ns={"main_async_dispatch_0_x": 1000.0}, dispatch_count={"main_async_dispatch_0_x": 1.0})
+    (row,) = profile.join(timing, sites, target="cuda")["rows"]
+    assert row["dispatch"] == "main$async_dispatch_0_x" and row["module_paths"] == ["fc"] and row["time_us"] == 1.0
+    assert profile._per_call({"main_async_dispatch_0_x": (3, 1.0)}, sites) == {"main_async_dispatch_0_x": 1}
