@@ -28,6 +28,27 @@ HOST_IMPORT_DRIVERS = frozenset({"local-task", "local-sync", "hip"})
 # input: 2.1 ms a call uncached, 0.6 ms cached). Not Vulkan: lavapipe
 # rejects the caching allocator's queue allocations (INVALID_ARGUMENT, memory_type=DEVICE_LOCAL).
 CACHING_DRIVERS = frozenset({"cuda"})
+# IREE runtime flags set once, before this process creates its first driver (IREE reads them when
+# it creates a driver; they are process-wide). Synchronous CUDA allocations (through the caching
+# allocator, so still pooled): IREE's CUDA driver can hand a call's results to torch through
+# DLPack only when they come from its allocator, not from the stream-ordered pool it uses by
+# default. Measured on the H200 (benchmarks/results/gpu-profile-2026-12-03.md): a GPT block at
+# batch 8 with CUDA tensors in and out took 0.35 ms a call this way against 0.80 ms with the pool
+# and a copy of each result on the device; the module's own time changed by 1% (GPT-2 12 layers,
+# iree-benchmark-module 2.19 vs 2.21 ms).
+RUNTIME_FLAGS = ("--cuda_async_allocations=false",)
+_flags_set = False
+
+
+def _runtime():
+    """iree.runtime, with RUNTIME_FLAGS set the first time."""
+    global _flags_set
+    import iree.runtime as rt
+
+    if not _flags_set:
+        rt.flags.parse_flags(*RUNTIME_FLAGS)
+        _flags_set = True
+    return rt
 
 
 def runtime_version() -> str:
@@ -38,8 +59,7 @@ def runtime_version() -> str:
 
 def available_drivers() -> list[str]:
     """The drivers this IREE runtime was built with (whether or not a device is present)."""
-    import iree.runtime as rt
-
+    rt = _runtime()
     return list(rt.query_available_drivers())
 
 
@@ -75,7 +95,7 @@ def _probe(driver: str) -> DriverStatus:
     import iree.runtime as rt
 
     try:
-        found = rt.get_driver(driver).query_available_devices()
+        found = _runtime().get_driver(driver).query_available_devices()
     except Exception as e:
         return DriverStatus(driver, (), _one_line(e))
     devices = tuple(DeviceInfo(driver, d.get("name", ""), d.get("path", ""), int(d.get("device_id", 0))) for d in found)
@@ -92,7 +112,7 @@ class Session:
     """
 
     def __init__(self, vmfb: bytes, driver: str, *, copy: bool | None = None, allocator: str | None = None):
-        import iree.runtime as rt
+        rt = _runtime()
 
         self.driver = driver
         self.copies = copy if copy is not None else driver not in HOST_IMPORT_DRIVERS

@@ -13,7 +13,11 @@ export PYTHONPATH=$CV:$SITE
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,pstate --format=csv | tee $OUT/nvidia-smi.txt
 python3 -c "import torch, numpy, sys; print('torch', torch.__version__, torch.version.cuda, 'numpy', numpy.__version__, sys.version.split()[0])" | tee $OUT/versions.txt
 which ncu nsys 2>&1 | tee $OUT/tools.txt
-python3 $CODE/benchmarks/gpu/profile_run.py $PKGS --out $OUT ${CASES:+--cases $CASES} 2>&1 | tee $OUT/run.log | tail -150
-python3 $CODE/benchmarks/gpu/profile_run.py $PKGS --out $OUT ${CASES:+--cases $CASES} --export-mode 2>&1 | tee $OUT/export.log | tail -30
+if [ -n "${IO_ONLY:-}" ]; then  # the I/O paths only (IO_ONLY=1)
+  python3 $CODE/benchmarks/gpu/profile_run.py $PKGS --out $OUT ${CASES:+--cases $CASES} --io-only 2>&1 | tee $OUT/run.log | tail -20
+else
+  python3 $CODE/benchmarks/gpu/profile_run.py $PKGS --out $OUT ${CASES:+--cases $CASES} 2>&1 | tee $OUT/run.log | tail -150
+  python3 $CODE/benchmarks/gpu/profile_run.py $PKGS --out $OUT ${CASES:+--cases $CASES} --export-mode 2>&1 | tee $OUT/export.log | tail -30
+fi
 # the device tool brings back a few files only: everything in one archive
 cd $OUT && tar -czf /tmp/results.tgz * && rm -rf $OUT/* && mv /tmp/results.tgz $OUT/

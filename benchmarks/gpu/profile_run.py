@@ -83,7 +83,36 @@ def cuda_contexts():
     return current.value, primary.value
 
 
-def io_paths(folder: Path, case: str, pkg: Path) -> dict:
+def prepared_call(session, on_gpu):
+    """The floor of an in-process call: arguments imported once, only the VM invoke timed."""
+    import iree.runtime as rt
+
+    function = session._vm_function("main")
+    args = rt.VmVariantList(len(on_gpu))
+    for t in on_gpu:
+        args.push_ref(session._device.from_dlpack_capsule(t.__dlpack__()))
+    return lambda: session._ctx.vm_context.invoke(function, args, rt.VmVariantList(4))
+
+
+def wall_us(pkg: Path, case: str, folder: Path, flags) -> float:
+    """iree-benchmark-module's median for the package's module, as cuvil_mlir.profile measures it."""
+    import subprocess
+    import zipfile
+
+    from cuvil_mlir.profile import DEVICE_FLAGS, _wall_samples
+    from cuvil_mlir.runtime import tool_path
+
+    meta = json.loads(zipfile.ZipFile(pkg).read("metadata.json"))
+    vmfb = Path(f"/tmp/{case}.vmfb")
+    vmfb.write_bytes(zipfile.ZipFile(pkg).read(meta["modules"][0]["file"]))
+    cmd = [tool_path("iree-benchmark-module"), f"--module={vmfb}", "--device=cuda", "--function=main", *DEVICE_FLAGS["cuda"],
+           *flags, f"--input=@{folder / f'{case}.input0.npy'}", "--benchmark_repetitions=10", "--benchmark_min_warmup_time=0.5",
+           "--benchmark_format=json", "--benchmark_min_time=0.2s"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return statistics.median(_wall_samples(out)) * 1e3
+
+
+def io_paths(folder: Path, case: str, pkg: Path, io_only: bool = False) -> dict:
     import torch
 
     from cuvil_mlir import load
@@ -120,6 +149,11 @@ def io_paths(folder: Path, case: str, pkg: Path) -> dict:
     # torch's own floor for comparison: a host sync with nothing queued
     row["torch_stream_sync"] = timed(lambda: torch.cuda.current_stream().synchronize())
     row["results"] = "exported" if session.exports_results else "copied on the device (copy_out)"
+    row["invoke_prepared"] = timed(prepared_call(session, on_gpu))
+    row["iree_benchmark_module"] = {name: wall_us(pkg, case, folder, flags) for name, flags in
+                                    (("default", ()), ("sync_alloc", ("--cuda_async_allocations=false",)))}
+    if io_only:
+        return row
     row["cupti"] = cupti(compiled, on_gpu, len(compiled.metadata.get("dispatches", {}).get(compiled.active_target, [])))
     return row
 
@@ -180,6 +214,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--cases", default=None)
     p.add_argument("--export-mode", action="store_true", help="only export_mode() for --cases (own process)")
+    p.add_argument("--io-only", action="store_true", help="only the I/O paths, without CUPTI")
     opts = p.parse_args()
     folder, out = Path(opts.folder), Path(opts.out)
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -192,6 +227,12 @@ def main() -> None:
         print(json.dumps(rows, indent=1))
         return
     summary = {"profiles": {}, "io": []}
+    if opts.io_only:
+        for case in cases:
+            summary["io"].append(io_paths(folder, case, unpack(folder, case, tmp), io_only=True))
+            print(json.dumps(summary["io"][-1]), flush=True)
+        (out / "io_only.json").write_text(json.dumps(summary, indent=1))
+        return
     for case in cases:
         pkg = unpack(folder, case, tmp)
         steps = [("profiles", lambda: summary["profiles"].__setitem__(case, profiles(folder, case, pkg, out)))]
