@@ -6,14 +6,20 @@ module running calls is on IREE's ``cuda`` driver, on the same device (IREE's de
 ordinal 0; torch's ``cuda:0``). Otherwise the call takes the host path (numpy in, numpy out,
 torch tensors made from the results on the CPU), as before.
 
-Synchronization (IREE's CUDA driver and torch share the device's primary context, checked on
-the H200: benchmarks/results/gpu-profile-*.md): IREE runs the call on its own CUDA stream, so
-before it starts, the work torch has queued on its current stream (which may still be writing
-the inputs) is waited for (``torch.cuda.current_stream().synchronize()``). The call is
-synchronous (IREE's ``main`` waits for its results), so the returned tensors are complete and
-any torch stream may read them. A tensor that is not contiguous or not 64-byte aligned (a
-view into a larger tensor) is copied into a fresh one first; every other input is used in
-place. The outputs are IREE's buffers (its caching allocator), freed when torch frees them.
+Synchronization: IREE's CUDA driver and torch share the device's primary context (checked on
+the H200, benchmarks/results/gpu-profile-2026-12-03.md). IREE runs the call on its own CUDA
+stream, so before it starts, the work torch has queued on its current stream (which may still
+be writing the inputs) is waited for (``torch.cuda.current_stream().synchronize()``, 7-9 us on
+the H200). The call is synchronous (IREE's ``main`` waits for its results), so the returned
+tensors are complete and any torch stream may read them.
+
+Inputs: a tensor that is not contiguous or not 64-byte aligned (a view into a larger tensor) is
+copied into a fresh one first; every other input is used in place. Outputs: IREE's own result
+buffers handed to torch (runtime.RUNTIME_FLAGS makes IREE allocate them from its caching
+allocator, which it can export), freed when torch frees them; where IREE cannot export them
+(results from its stream-ordered pool), each is copied on the device into an exportable buffer.
+There is no ``out=``: IREE's functions return new buffers, and with the caching allocator a
+result's allocation is pooled already.
 """
 
 from __future__ import annotations

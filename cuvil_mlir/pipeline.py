@@ -49,7 +49,7 @@ class Options:
     disabled_patterns: tuple[str, ...] = ()  # single patterns to drop: "pass/pattern", or "pattern" when unambiguous
     precision: str = "fp32"  # a policy of cuvil_mlir/precision.py: fp32, fp16, bf16, int8-weight, int4-weight, int8
     calibration: object = None  # activation ranges for precision="int8" (cuvil_mlir.calibrate)
-    record_dispatches: bool = False  # metadata["dispatches"]: IREE's dispatches and their call sites (cuvil_mlir/profile.py)
+    record_dispatches: bool = False  # metadata["dispatches"]: IREE's dispatches and their call sites (cuvil_mlir/profiler.py)
 
 
 @dataclass

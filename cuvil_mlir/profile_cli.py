@@ -1,4 +1,4 @@
-"""``cuvil profile``: where a model's time goes, dispatch by dispatch (cuvil_mlir/profile.py).
+"""``cuvil profile``: where a model's time goes, dispatch by dispatch (cuvil_mlir/profiler.py).
 
     cuvil profile model.pt2 [--target cuda:h200] [--json p.json] [--plot p.png]
     cuvil profile model.pt2 --target cuda:h200 --build-only m.cuvilpkg   # compile here (dispatches recorded) ...
@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from cuvil_mlir.diagnostics import CuvilError, ImportError_, InputError
@@ -41,7 +40,7 @@ def add_parser(sub, common) -> None:
 
 
 def run(args, parser) -> int:
-    from cuvil_mlir import profile
+    from cuvil_mlir import profiler as profile
 
     for out in (args.json, args.plot, args.build_only):
         if out and not Path(out).parent.exists():
@@ -79,7 +78,8 @@ def _inputs(args):
 
 
 def _profile_package(args) -> dict:
-    from cuvil_mlir import load, profile
+    from cuvil_mlir import load
+    from cuvil_mlir import profiler as profile
 
     if not Path(args.model).exists():
         raise CuvilError(f"package not found: {args.model}")
@@ -91,7 +91,7 @@ def _profile_package(args) -> dict:
 def _profile_model(args) -> dict | None:
     import torch
 
-    from cuvil_mlir import profile
+    from cuvil_mlir import profiler as profile
     from cuvil_mlir.harness import load_model_spec
     from cuvil_mlir.importers.fx import load_exported_program
     from cuvil_mlir.pipeline import Options, compile_program

@@ -68,7 +68,7 @@ _HOPPER_CHIPS = {  # NVIDIA datasheets, SXM parts, dense (no sparsity)
 
 
 # product -> datasheet peaks (SXM parts; dense tensor-core TFLOP/s per input dtype, HBM GB/s),
-# for the profiler (cuvil_mlir/profile.py). Hopper's are _HOPPER_CHIPS' numbers.
+# for the profiler (cuvil_mlir/profiler.py). Hopper's are _HOPPER_CHIPS' numbers.
 PEAKS = {
     "a100": {"tflops": {"f16": 312.0, "bf16": 312.0, "f32": 19.5, "i8": 624.0}, "gbs": 2039.0},
     "l4": {"tflops": {"f16": 121.0, "bf16": 121.0, "f32": 30.3, "i8": 242.5}, "gbs": 300.0},

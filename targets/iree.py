@@ -90,7 +90,7 @@ def llvm_cpu_requirements(flags: tuple[str, ...]) -> dict:
 
 # ---------------------------------------------------------------------------------------
 # Dispatch sites: what each dispatch of a compiled module does and where it came from, for
-# the profiler (cuvil_mlir/profile.py). IREE names each dispatch's exported function
+# the profiler (cuvil_mlir/profiler.py). IREE names each dispatch's exported function
 # (``main$async_dispatch_3_matmul_like_128x768x2304_f16``) when it forms dispatch regions,
 # in the flow stage; the runtime's profiling reports time under that name. Compiling to
 # flow again with debug info gives, per ``flow.dispatch`` call site, the export it calls,

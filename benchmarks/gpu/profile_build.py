@@ -1,5 +1,5 @@
 """Build what the H200 profile run needs (issue 14), on this CPU machine, into .gpu/profile/:
-packages compiled with their dispatch call sites recorded (cuvil_mlir/profile.py), xz-compressed
+packages compiled with their dispatch call sites recorded (cuvil_mlir/profiler.py), xz-compressed
 for the device tool, and their inputs. profile_run.py measures them there.
 
     python benchmarks/gpu/profile_build.py [--out /work/main/.gpu/profile] [--cases gpt2-12l-b1,block768-b8]

@@ -1,7 +1,7 @@
 """The H200 side of issue 14 (runs THERE, with the IREE runtime wheel, torch with CUDA and
 cuvil_mlir's runtime side on PYTHONPATH; profile_device.sh sets that up):
 
-  1. profile: cuvil_mlir.profile.profile_compiled on each package profile_build.py made, with
+  1. profile: cuvil_mlir.profiler.profile_compiled on each package profile_build.py made, with
      IREE's CUDA runtime as it is (streams) and with CUDA-graph command buffers
      (--cuda_use_streams=false) -> $OUT/<case>.<mode>.profile.json
   2. I/O paths: a CompiledModel call with numpy in/out (host path) and with torch CUDA tensors
@@ -49,7 +49,7 @@ def timed(fn) -> dict:
 
 def profiles(folder: Path, case: str, pkg: Path, out: Path) -> dict:
     from cuvil_mlir import load
-    from cuvil_mlir.profile import print_profile, profile_compiled, write_json
+    from cuvil_mlir.profiler import print_profile, profile_compiled, write_json
 
     compiled = load(pkg)
     inputs = [np.load(folder / f"{case}.input{i}.npy") for i in range(len(compiled.signature.inputs))]
@@ -95,11 +95,11 @@ def prepared_call(session, on_gpu):
 
 
 def wall_us(pkg: Path, case: str, folder: Path, flags) -> float:
-    """iree-benchmark-module's median for the package's module, as cuvil_mlir.profile measures it."""
+    """iree-benchmark-module's median for the package's module, as cuvil_mlir.profiler measures it."""
     import subprocess
     import zipfile
 
-    from cuvil_mlir.profile import DEVICE_FLAGS, _wall_samples
+    from cuvil_mlir.profiler import DEVICE_FLAGS, _wall_samples
     from cuvil_mlir.runtime import tool_path
 
     meta = json.loads(zipfile.ZipFile(pkg).read("metadata.json"))

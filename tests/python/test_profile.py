@@ -1,4 +1,4 @@
-"""The profiler (cuvil_mlir/profile.py): dispatch call sites and their FLOPs/bytes from IREE's
+"""The profiler (cuvil_mlir/profiler.py): dispatch call sites and their FLOPs/bytes from IREE's
 flow stage, per-dispatch timing from IREE's HAL profiling on the local CPU driver, the join,
 its JSON form and the CLI. GPU-only parts: test_device_resident.py."""
 
@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cuvil_mlir import profile
+import cuvil_mlir
+
+from cuvil_mlir import profiler as profile
 from cuvil_mlir.cli import main
 from cuvil_mlir.diagnostics import CuvilError
 from cuvil_mlir.targets import iree, parse_target
@@ -141,7 +143,7 @@ def mlp_profile():
     import models
 
     model, args = models.mlp()
-    return profile.profile(model, args, target="cpu", repetitions=3, iterations=5)
+    return cuvil_mlir.profile(model, args, target="cpu", repetitions=3, iterations=5)
 
 
 def test_profile_mlp_on_cpu_end_to_end(mlp_profile):
