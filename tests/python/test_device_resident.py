@@ -36,6 +36,7 @@ def _aligned(t, alignment=64):
     return out
 
 
+@pytest.mark.slow
 def test_invoke_dlpack_on_cpu_matches_the_host_path(mlp_cpu):
     compiled, model, x = mlp_cpu
     session = Session(compiled.modules[0].vmfb, "local-task")
@@ -47,6 +48,7 @@ def test_invoke_dlpack_on_cpu_matches_the_host_path(mlp_cpu):
     np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_invoke_dlpack_rejects_an_unaligned_input_with_a_clear_error(mlp_cpu):
     compiled, _, x = mlp_cpu
     session = Session(compiled.modules[0].vmfb, "local-task")
@@ -63,8 +65,10 @@ def test_wanted_only_for_torch_tensors_on_a_gpu():
     assert not device_resident.wanted(())
 
 
+@pytest.mark.slow
 def test_host_inputs_still_work(mlp_cpu):
     compiled, model, x = mlp_cpu
+    assert "dispatches" not in compiled.metadata  # recorded only when asked (record_dispatches)
     out = compiled(x)
     assert isinstance(out, torch.Tensor) and out.device.type == "cpu"
     assert isinstance(compiled(x.numpy()), np.ndarray)
@@ -93,6 +97,7 @@ def test_cuda_tensors_in_and_out(mlp_cpu):
         compiled(x[:, :3].cuda())
 
 
+@pytest.mark.slow
 def test_invoke_dlpack_copy_out_gives_the_same_results(mlp_cpu):
     compiled, _, x = mlp_cpu
     session = Session(compiled.modules[0].vmfb, "local-task")
@@ -103,6 +108,7 @@ def test_invoke_dlpack_copy_out_gives_the_same_results(mlp_cpu):
     np.testing.assert_array_equal(got.numpy(), want)
 
 
+@pytest.mark.slow
 def test_bench_io_device_needs_a_cuda_module(mlp_cpu, tmp_path):
     from cuvil_mlir.diagnostics import CuvilError
     from cuvil_mlir.harness import bench_package

@@ -146,6 +146,7 @@ def mlp_profile():
     return cuvil_mlir.profile(model, args, target="cpu", repetitions=3, iterations=5)
 
 
+@pytest.mark.slow
 def test_profile_mlp_on_cpu_end_to_end(mlp_profile):
     prof = mlp_profile
     assert prof["schema"] == "cuvil-profile" and prof["driver"] == "local-task" and prof["profiling_mode"] == "host-execution"
@@ -167,6 +168,7 @@ def test_profile_mlp_on_cpu_end_to_end(mlp_profile):
     assert prof["peak"] is None and all(r["tflops_share_of_peak"] is None for r in prof["rows"])  # a host CPU has no datasheet entry
 
 
+@pytest.mark.slow
 def test_profile_table_and_plot(mlp_profile, tmp_path):
     from rich.console import Console
 
@@ -178,6 +180,7 @@ def test_profile_table_and_plot(mlp_profile, tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_cli_profile_shows_a_saved_profile(mlp_profile, tmp_path, capsys):
     path = tmp_path / "p.json"
     profile.write_json(mlp_profile, path)
@@ -193,6 +196,7 @@ def test_cli_profile_errors_name_the_file(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_profile_build_only_then_package(tmp_path, capsys):
     pkg = tmp_path / "mlp.cuvilpkg"
     spec = f"{ROOT / 'examples' / 'models.py'}:mlp"
