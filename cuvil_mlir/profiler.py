@@ -83,10 +83,11 @@ def measure(vmfb: bytes | str | os.PathLike, driver: str, inputs: list[np.ndarra
             repetitions: int = 10, iterations: int = 20, runtime_flags=(), sites: list[dict] | None = None,
             workdir: str | os.PathLike | None = None, modes=None, keep_profile: str | os.PathLike | None = None) -> Timing:
     """Time ``vmfb`` on ``driver``: the wall time of one call, and each dispatch's time from IREE's
-    HAL profiling. ``sites`` (the compile side's call sites) tells how many dispatches of each
+    HAL profiling (on CUDA: from ncu, see PROFILING_MODES). ``sites`` (the compile side's call sites) tells how many dispatches of each
     exported function one call makes; without it, the rarest function is taken to run once.
     ``modes``: the profiling data families to try (default: the driver's, PROFILING_MODES);
-    ``keep_profile``: where to copy the raw profile bundle (``iree-profile`` reads it)."""
+    ``keep_profile``: where to copy the raw timing data (the .ireeprof bundle ``iree-profile`` reads,
+    or ncu's CSV)."""
     from cuvil_mlir.runtime import tool_path
 
     with tempfile.TemporaryDirectory(prefix="cuvil-profile-", dir=workdir) as tmp:

@@ -54,13 +54,13 @@ def profiles(folder: Path, case: str, pkg: Path, out: Path) -> dict:
     compiled = load(pkg)
     inputs = [np.load(folder / f"{case}.input{i}.npy") for i in range(len(compiled.signature.inputs))]
     result = {}
-    configs = [("streams", ()), ("graphs", ("--cuda_use_streams=false",))]
+    configs = [("streams", ())] if case.startswith("qkv-") else [("streams", ()), ("graphs", ("--cuda_use_streams=false",))]
     if case == "gpt2-12l-b1":
         configs.append(("sync_alloc", ("--cuda_async_allocations=false",)))
     for name, flags in configs:
         try:
             prof = profile_compiled(compiled, inputs, runtime_flags=flags, model=case,
-                                    keep_profile=out / f"{case}.{name}.ireeprof")
+                                    keep_profile=out / f"{case}.{name}.dispatches.raw")
         except Exception as e:
             result[name] = f"failed: {type(e).__name__}: {e}"
             print(f"{case} {name}: {result[name]}", flush=True)
@@ -236,7 +236,7 @@ def main() -> None:
     for case in cases:
         pkg = unpack(folder, case, tmp)
         steps = [("profiles", lambda: summary["profiles"].__setitem__(case, profiles(folder, case, pkg, out)))]
-        if not case.endswith("-td"):  # the I/O paths of one build are enough
+        if not case.endswith("-td") and not case.startswith("qkv-"):  # the I/O paths of one build are enough
             steps.insert(0, ("io", lambda: summary["io"].append(io_paths(folder, case, pkg))))
         for what, fn in steps:
             try:
