@@ -50,6 +50,18 @@ def calibrate(model, sample_inputs, *, method: str = "minmax", percentile: float
     return _calibrate(model, sample_inputs, method=method, percentile=percentile, **options)
 
 
+def profile(model, args=(), *, target: str = "cpu", inputs=None, **options) -> dict:
+    """Where ``model``'s time goes on this machine's device: each IREE dispatch's time per call,
+    its share, TFLOP/s and GB/s against the device's peak, the nn.Module path and Cuvil op it came
+    from, and the gap between the wall time and the dispatches (docs/profiling.md). ``model``: an
+    nn.Module with ``args``, an ExportedProgram, a ``.pt2`` path (compiled for ``target``), a
+    CompiledModel or a ``.cuvilpkg`` path. Returns the profile (JSON-able); show it with
+    ``cuvil_mlir.eval.profiler.print_profile`` / ``plot``."""
+    from cuvil_mlir.eval.profiler import profile as _profile
+
+    return _profile(model, args, target=target, inputs=inputs, **options)
+
+
 def load(path, prefer=None):
     """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile`` on the first
     of its targets (in ``prefer`` order: target specs or kinds; default the package's) that
@@ -69,4 +81,4 @@ def jit(fn=None, **options):
     return _jit(fn, **options)
 
 
-__all__ = ["compile", "lower", "load", "calibrate", "jit", "CuvilError", "__version__"]
+__all__ = ["compile", "lower", "load", "calibrate", "jit", "profile", "CuvilError", "__version__"]

@@ -86,6 +86,11 @@ class Target:
     def iree_flags(self) -> list[str]:
         raise NotImplementedError
 
+    def peak(self) -> dict | None:
+        """The device's datasheet peaks, ``{"tflops": {dtype: dense TFLOP/s}, "gbs": memory GB/s}``,
+        for the profiler's share-of-peak columns; None where the target names no product."""
+        return None
+
     def requirements(self) -> dict:
         """What the compiled module needs of the machine beyond its driver, recorded in the
         package and checked before loading (a CPU's instruction set: targets/cpu.py)."""

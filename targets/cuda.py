@@ -67,6 +67,16 @@ _HOPPER_CHIPS = {  # NVIDIA datasheets, SXM parts, dense (no sparsity)
 }
 
 
+# product -> datasheet peaks (SXM parts; dense tensor-core TFLOP/s per input dtype, HBM GB/s),
+# for the profiler (cuvil_mlir/profiler.py). Hopper's are _HOPPER_CHIPS' numbers.
+PEAKS = {
+    "a100": {"tflops": {"f16": 312.0, "bf16": 312.0, "f32": 19.5, "i8": 624.0}, "gbs": 2039.0},
+    "l4": {"tflops": {"f16": 121.0, "bf16": 121.0, "f32": 30.3, "i8": 242.5}, "gbs": 300.0},
+    "h100": {"tflops": {"f16": 989.5, "bf16": 989.5, "f32": 67.0, "i8": 1979.0, "f8E4M3FN": 1979.0}, "gbs": 3350.0},
+    "h200": {"tflops": {"f16": 989.5, "bf16": 989.5, "f32": 67.0, "i8": 1979.0, "f8E4M3FN": 1979.0}, "gbs": 4800.0},
+}
+
+
 def hopper_device_target(product: str = "") -> str:
     """The ``#hal.device.target`` attribute that describes a Hopper GPU to IREE (an sm_90 without
     a product gets no chip entry, as IREE's own bare-arch entries)."""
@@ -93,6 +103,9 @@ class CudaTarget(GpuTarget):
         super().__post_init__()
         if self.hopper_mode != HOPPER_MODES[0] and self.arch != "sm_90":
             raise ValueError(f"hopper-mode applies to sm_90 (h100, h200) only, not {self.arch}")
+
+    def peak(self) -> dict | None:
+        return PEAKS.get(self.product)
 
     def iree_flags(self) -> list[str]:
         # IREE's default is O0; the target's opt level (O3 unless asked) is what makes it fast.

@@ -86,3 +86,154 @@ def llvm_cpu_requirements(flags: tuple[str, ...]) -> dict:
         return {}
     features = sorted({f[1:] for f in m.group(3).split(",") if f.startswith("+")})
     return {"format": m.group(1), "cpu": m.group(2), "cpu_features": features}
+
+
+# ---------------------------------------------------------------------------------------
+# Dispatch sites: what each dispatch of a compiled module does and where it came from, for
+# the profiler (cuvil_mlir/profiler.py). IREE names each dispatch's exported function
+# (``main$async_dispatch_3_matmul_like_128x768x2304_f16``) when it forms dispatch regions,
+# in the flow stage; the runtime's profiling reports time under that name. Compiling to
+# flow again with debug info gives, per ``flow.dispatch`` call site, the export it calls,
+# the tensors it reads and writes and the location of the ops it was formed from (named
+# after their nn.Module path by the importer).
+
+# ops of a linalg body counted as one floating-point operation per loop iteration
+_FLOP_OPS = frozenset({
+    "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.maximumf", "arith.minimumf", "arith.maxnumf",
+    "arith.minnumf", "arith.negf", "arith.remf", "math.exp", "math.exp2", "math.log", "math.erf", "math.tanh",
+    "math.rsqrt", "math.sqrt", "math.powf", "math.fma", "math.absf", "arith.addi", "arith.muli",
+})
+
+
+def dispatch_sites(module: ir.Module | bytes, flags: list[str], *, input_type: str = "torch") -> list[dict]:
+    """Every ``flow.dispatch`` of the module compiled with ``flags``, in program order:
+    ``{"key": export name, "location": the call site's loc, "reads": [[shape, dtype], ...],
+    "writes": [...], "bytes": what it reads and writes, "flops": its loop nests' arithmetic}``.
+    Plain data: IREE's IR objects stay in this module."""
+    from iree.compiler import CompilerToolError, compile_str
+    from iree.compiler import ir as iree_ir
+
+    data = module if isinstance(module, bytes) else serialize(module)
+    keep = [f for f in flags if not f.startswith("--iree-opt-level")] + [f for f in flags if f.startswith("--iree-opt-level")]
+    try:
+        text = compile_str(data, input_type=input_type, extra_args=[*keep, "--compile-to=flow", "--mlir-print-debuginfo",
+                                                                     "--mlir-elide-elementsattrs-if-larger=8"])
+    except CompilerToolError as e:
+        raise CompileError(f"IREE failed to compile the module to its dispatches: {_first_error(str(e))}") from e
+    with iree_ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        flow = iree_ir.Module.parse(text.decode() if isinstance(text, bytes) else text)
+        flops = {}
+        for op in flow.body.operations:
+            if op.operation.name == "flow.executable":
+                flops.update(_executable_flops(op.operation))
+        sites = []
+        for op in flow.body.operations:
+            if op.operation.name in ("util.func", "func.func"):
+                _walk_dispatches(op.operation, flops, sites)
+    return sites
+
+
+def _walk_dispatches(op, flops: dict, sites: list) -> None:
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                if inner.name != "flow.dispatch":
+                    _walk_dispatches(inner, flops, sites)
+                    continue
+                for ref in inner.attributes["entry_points"]:
+                    key = str(ref).rsplit("::@", 1)[-1].strip('"@')
+                    reads = [_tensor(v.type) for v in inner.operands if _tensor(v.type)]
+                    writes = [_tensor(r.type) for r in inner.results if _tensor(r.type)]
+                    sites.append({"key": key, "location": str(inner.location), "reads": reads, "writes": writes,
+                                  "bytes": sum(_nbytes(t) for t in reads + writes), "flops": flops.get(key, 0)})
+
+
+_TENSOR = re.compile(r"^tensor<((?:\d+x)*)([a-z]+\d*)>$")
+
+
+def _tensor(type_) -> list | None:
+    """tensor<4x8xf16> -> [[4, 8], "f16"]; None for a dynamic tensor or a non-tensor."""
+    m = _TENSOR.match(str(type_))
+    return [[int(d) for d in m.group(1).split("x") if d], m.group(2)] if m else None
+
+
+def _nbytes(t) -> int:
+    shape, dtype = t
+    bits = int(re.sub(r"\D", "", dtype) or 8)
+    n = 1
+    for d in shape:
+        n *= d
+    return n * max(bits, 8) // 8
+
+
+def _executable_flops(executable) -> dict[str, int]:
+    """export name -> floating-point operations of one call, from the loop nests of its function."""
+    out = {}
+    for region in executable.regions:
+        for block in region.blocks:
+            for op in block.operations:
+                if op.operation.name != "builtin.module":
+                    continue
+                for func in op.operation.regions[0].blocks[0].operations:
+                    if func.operation.name == "func.func":
+                        out[str(func.operation.attributes["sym_name"]).strip('"')] = _count_flops(func.operation)
+    return out
+
+
+def _count_flops(op) -> int:
+    total = 0
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                total += _op_flops(inner) if inner.name.startswith(("linalg.", "iree_linalg_ext.")) else _count_flops(inner)
+    return total
+
+
+def _op_flops(op) -> int:
+    """One structured op: its iteration domain times the arithmetic of its body (a matmul's
+    mul+add: 2 per point); softmax ~5 per element; attention 2 per point of Q*K^T and of P*V."""
+    shapes = [t[0] if t else None for t in (_tensor(v.type) for v in op.operands)]
+    if op.name == "linalg.softmax" and shapes and shapes[0] is not None:
+        return 5 * _prod(shapes[0])
+    if "indexing_maps" not in op.attributes:
+        return 0
+    maps = [_map_dims(str(m)) for m in op.attributes["indexing_maps"]]
+    ranges: dict[int, int] = {}
+    for dims, shape in zip(maps, shapes):
+        for d, size in zip(dims, shape or ()):
+            if d is not None:
+                ranges.setdefault(d, size)
+    points = _prod(ranges.values())
+    if op.name == "iree_linalg_ext.attention" and len(maps) >= 3 and maps[0] and maps[2]:
+        # Q: (batch.., M, K1), V: (batch.., N, K2): 2*K1 + 2*K2 per (batch, M, N) point
+        k1, k2 = ranges.get(maps[0][-1], 1), ranges.get(maps[2][-1], 1)
+        return 2 * points // (k1 * k2) * (k1 + k2)
+    if not op.regions or not op.regions[0].blocks:
+        return 0
+    per_point = sum(1 for o in op.regions[0].blocks[0].operations if o.operation.name in _FLOP_OPS)
+    return per_point * points
+
+
+_DIM = re.compile(r"^d(\d+)$")
+
+
+def _map_dims(text: str) -> list:
+    """``affine_map<(d0, d1, d2) -> (d0, d2)>`` -> [0, 2] (None for a result that is not one dim)."""
+    if "->" not in text:
+        return []
+    results = text.split("->", 1)[1].strip().removesuffix(">").strip().removeprefix("(").removesuffix(")")
+    out = []
+    for expr in (r.strip() for r in results.split(",") if r.strip()):
+        m = _DIM.match(expr)
+        out.append(int(m.group(1)) if m else None)
+    return out
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n

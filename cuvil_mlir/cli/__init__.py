@@ -31,6 +31,7 @@ from cuvil_mlir.cli import build
 from cuvil_mlir.cli import cache
 from cuvil_mlir.cli import evaluate
 from cuvil_mlir.cli import info
+from cuvil_mlir.cli import profile
 from cuvil_mlir.cli.common import guarded, parse_args
 from cuvil_mlir.core.versions import __version__
 
@@ -39,6 +40,7 @@ COMMAND_GROUPS = (
     build,  # compile, run, inspect
     info,  # passes, targets
     evaluate,  # compare, bench, check-patterns, accuracy
+    profile,  # profile
     cache,  # cache [info|clear|prune]
 )
 

@@ -55,6 +55,8 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--input", "-i", action="append", default=None, metavar="X.npy",
                    help="an input array, in order (repeatable; default: random inputs from the package's signature)")
     p.add_argument("--json", metavar="OUT.json", help="write the result as JSON (schema: docs/harness.md)")
+    p.add_argument("--io", choices=("host", "device"), default="host", help="host: numpy in and out (default); device: "
+                   "torch CUDA tensors in and out, no host copy (a cuda target)")
     timing_arguments(p, repetitions=100, min_time=1.0, max_time=30.0)
     p.set_defaults(command=_bench)
 
@@ -157,7 +159,7 @@ def _bench(args, parser) -> int:
     check_writable(args.json)
     result = bench_package(args.package, inputs, prefer=args.target, repetitions=args.repetitions, warmup=args.warmup,
                            min_time=args.min_time, max_time=args.max_time, input_sets=args.input_sets, seed=args.seed,
-                           progress=not args.quiet)
+                           progress=not args.quiet, io=args.io)
     lat = result["latency"]
     table = Table(title=Text(f"{args.package}: latency in ms"), title_justify="left")
     for name in ("target", "driver", "first call", "median", "p10-p90", "mean", "min", "reps"):

@@ -51,6 +51,7 @@ class Options:
     disabled_patterns: tuple[str, ...] = ()  # single patterns to drop: "pass/pattern", or "pattern" when unambiguous
     precision: str = "fp32"  # a policy of cuvil_mlir/compiler/precision.py: fp32, fp16, bf16, int8-weight, int4-weight, int8
     calibration: Calibration | None = None  # activation ranges for precision="int8" (cuvil_mlir.calibrate)
+    record_dispatches: bool = False  # metadata["dispatches"]: IREE's dispatches and their call sites (cuvil_mlir/eval/profiler.py)
 
 
 @dataclass
@@ -133,6 +134,7 @@ def _metadata(signature, built: list["_Built"], options: Options, import_seconds
         "pattern_sites": first.sites,
         "compile_seconds": {IMPORT_STAGE: round(import_seconds, 4), **first.seconds},
         "versions": versions(("cuvil-mlir", "torch-mlir", "iree-base-compiler", "iree-base-runtime", "torch")),
+        **({"dispatches": {b.module.target: b.dispatches for b in built}} if all(b.dispatches is not None for b in built) else {}),
     }
 
 
@@ -143,6 +145,7 @@ class _Built:
     seconds: dict[str, float]
     sites: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # pass -> pattern -> module path -> n
     signature: object = None  # read after the stages (a precision policy may narrow the I/O); None: the import's
+    dispatches: list | None = None  # targets/iree.py dispatch_sites, when Options.record_dispatches
 
 
 def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, elide_weights):
@@ -176,11 +179,12 @@ def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, el
             failures.append((stages, e))
             continue
         seconds["iree-compile"] = round(time.perf_counter() - start, 4)
+        dispatches = iree.dispatch_sites(module, flags) if options.record_dispatches else None
         passes = tuple(p for _, specs in stages for p in specs)
         fired_json = {name: dict(c) for name, c in fired.items() if c}
         sites = {name: {p: dict(where) for p, where in getattr(c, "sites", {}).items()} for name, c in fired.items() if c}
         module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements())
-        return _Built(module, fired_json, seconds, sites, signature)
+        return _Built(module, fired_json, seconds, sites, signature, dispatches)
     raise _all_failed(target, failures)
 
 

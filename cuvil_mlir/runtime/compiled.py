@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from cuvil_mlir.runtime import hostcpu, package
+from cuvil_mlir.runtime import device_resident, hostcpu, package
 from cuvil_mlir.core.diagnostics import CuvilError, RuntimeFailure
 from cuvil_mlir.runtime.arrays import input_arrays, to_torch
 from cuvil_mlir.runtime.session import Session, probe_drivers
@@ -73,6 +73,10 @@ class CompiledModel:
         return self.active_target
 
     def __call__(self, *inputs):
+        if device_resident.wanted(inputs):  # torch tensors on a GPU: no host round trip (runtime/device_resident.py)
+            outputs = device_resident.call(self, inputs)
+            if outputs is not None:
+                return outputs[0] if len(outputs) == 1 else tuple(outputs)
         arrays, as_torch = input_arrays(inputs)
         self.signature.check(arrays)
         if self._session is None and not self._failures:

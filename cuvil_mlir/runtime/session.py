@@ -28,6 +28,27 @@ HOST_IMPORT_DRIVERS = frozenset({"local-task", "local-sync", "hip"})
 # input: 2.1 ms a call uncached, 0.6 ms cached). Not Vulkan: lavapipe
 # rejects the caching allocator's queue allocations (INVALID_ARGUMENT, memory_type=DEVICE_LOCAL).
 CACHING_DRIVERS = frozenset({"cuda"})
+# IREE runtime flags set once, before this process creates its first driver (IREE reads them when
+# it creates a driver; they are process-wide). Synchronous CUDA allocations (through the caching
+# allocator, so still pooled): IREE's CUDA driver can hand a call's results to torch through
+# DLPack only when they come from its allocator, not from the stream-ordered pool it uses by
+# default. Measured on the H200 (benchmarks/results/gpu-profile-2026-12-03.md): a GPT block at
+# batch 8 with CUDA tensors in and out took 0.35 ms a call this way against 0.80 ms with the pool
+# and a copy of each result on the device; the module's own time changed by 1% (GPT-2 12 layers,
+# iree-benchmark-module 2.19 vs 2.21 ms).
+RUNTIME_FLAGS = ("--cuda_async_allocations=false",)
+_flags_set = False
+
+
+def _runtime():
+    """iree.runtime, with RUNTIME_FLAGS set the first time."""
+    global _flags_set
+    import iree.runtime as rt
+
+    if not _flags_set:
+        rt.flags.parse_flags(*RUNTIME_FLAGS)
+        _flags_set = True
+    return rt
 
 
 def runtime_version() -> str:
@@ -38,8 +59,7 @@ def runtime_version() -> str:
 
 def available_drivers() -> list[str]:
     """The drivers this IREE runtime was built with (whether or not a device is present)."""
-    import iree.runtime as rt
-
+    rt = _runtime()
     return list(rt.query_available_drivers())
 
 
@@ -75,7 +95,7 @@ def _probe(driver: str) -> DriverStatus:
     import iree.runtime as rt
 
     try:
-        found = rt.get_driver(driver).query_available_devices()
+        found = _runtime().get_driver(driver).query_available_devices()
     except Exception as e:
         return DriverStatus(driver, (), one_line(e))
     devices = tuple(DeviceInfo(driver, d.get("name", ""), d.get("path", ""), int(d.get("device_id", 0))) for d in found)
@@ -92,7 +112,7 @@ class Session:
     """
 
     def __init__(self, vmfb: bytes, driver: str, *, copy: bool | None = None, allocator: str | None = None):
-        import iree.runtime as rt
+        rt = _runtime()
 
         self.driver = driver
         self.copies = copy if copy is not None else driver not in HOST_IMPORT_DRIVERS
@@ -114,6 +134,7 @@ class Session:
         self._module = self._ctx.modules[self._vm_module.name]
         self._invokers: dict = {}
         self._staging: dict[int, list] = {}  # allocation size -> host staging buffers, reused across calls
+        self.exports_results: bool | None = None  # whether invoke_dlpack can hand out IREE's result buffers (None: not tried)
 
     def invoke(self, function: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
         try:
@@ -124,6 +145,66 @@ class Session:
             raise
         except Exception as e:
             raise RuntimeFailure(f"calling '{function}' on driver '{self.driver}' failed: {one_line(e)}") from e
+
+    # DLPack device type codes (dlpack.h): where this driver's buffers live
+    DLPACK_DEVICE = {"cuda": 2, "hip": 10, "local-task": 1, "local-sync": 1}
+
+    def invoke_dlpack(self, function: str, tensors: list, *, copy_out: bool = False) -> list:
+        """Device-resident I/O: objects with ``__dlpack__`` (torch tensors on this session's
+        device) in, DLPack capsules of results on the device out, with no host round trip.
+
+        Inputs are imported as they are (IREE's ``from_dlpack_capsule``: the buffer wraps the
+        tensor's memory; the caller keeps the tensors alive and has finished writing them;
+        IREE's import needs 64-byte aligned data, which a fresh allocation is). The call is
+        synchronous: IREE's ``main`` waits for its results before returning.
+
+        Results: IREE's own result buffers (no copy), or with ``copy_out`` copies of them on the
+        device into buffers of the device allocator. IREE's CUDA driver exports only buffers of
+        its allocator, not the stream-ordered pool a call allocates its results from ("CUDA
+        buffer type is not supported for export as an external device allocation", the H200)."""
+        import iree.runtime as rt
+
+        code = self.DLPACK_DEVICE.get(self.driver)
+        if code is None:
+            raise RuntimeFailure(f"driver '{self.driver}' has no DLPack device type")
+        try:
+            vm_function = self._vm_function(function)
+            args = rt.VmVariantList(len(tensors))
+            for t in tensors:
+                args.push_ref(self._device.from_dlpack_capsule(t.__dlpack__()))
+            results = rt.VmVariantList(4)
+            self._ctx.vm_context.invoke(vm_function, args, results)
+            views = [results.get_as_object(i, rt.HalBufferView) for i in range(len(results))]
+            if copy_out:
+                views = self._copy_on_device(views)
+            return [self._device.create_dlpack_capsule(v, code, self.device_ordinal) for v in views]
+        except RuntimeFailure:
+            raise
+        except Exception as e:
+            raise RuntimeFailure(f"calling '{function}' on driver '{self.driver}' with device tensors failed: {one_line(e)}") from e
+
+    def _copy_on_device(self, views) -> list:
+        """Each result buffer copied into a fresh buffer of the device allocator (the caching
+        one: pooled), one chain of copies waited on once; views of the copies, same shape."""
+        import iree.runtime as rt
+
+        device = self._device
+        semaphore, step, out = device.create_semaphore(0), 0, []
+        for view in views:
+            source = view.get_buffer()  # may be longer than the view; the view starts at its start
+            target = device.allocator.allocate_buffer(memory_type=rt.MemoryType.DEVICE_LOCAL,
+                                                      allowed_usage=rt.BufferUsage.DEFAULT,
+                                                      allocation_size=max(source.byte_length(), 1))
+            if source.byte_length():
+                device.queue_copy(source, target, wait_semaphores=rt.HalFence.create_at(semaphore, step),
+                                  signal_semaphores=rt.HalFence.create_at(semaphore, step + 1))
+                step += 1
+            out.append(rt.HalBufferView(target, list(view.shape), view.element_type))
+        rt.HalFence.create_at(semaphore, step).wait()
+        return out
+
+    # the ordinal of the device a Session creates (the driver's default device: the first)
+    device_ordinal = 0
 
     def _vm_function(self, function: str):
         vm_function = self._vm_module.lookup_function(function)
@@ -201,3 +282,14 @@ class Session:
         return out
 
 
+def tool_path(name: str) -> str:
+    """The path of one of the IREE runtime's command-line tools (``iree-benchmark-module``,
+    ``iree-profile``), shipped in the runtime wheel beside its extension module."""
+    from pathlib import Path
+
+    import iree.runtime as rt
+
+    path = Path(rt.__file__).resolve().parent.parent / "_runtime_libs" / name
+    if not path.exists():
+        raise RuntimeFailure(f"the IREE runtime at {path.parent} has no '{name}' tool")
+    return str(path)
