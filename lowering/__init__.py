@@ -9,13 +9,14 @@ from . import (
 )
 from . import quantize_static, quantize_weights, raise_pt2e_quant
 from . import demote_precision, narrow_io
+from . import lower_cuvil_to_kernels
 
 # In the order `cuvil passes` lists them: raise, fuse, precision/quantize, lower, verify.
 BUILTIN_PASSES = tuple(m.PASS for m in (
     raise_torch_to_cuvil, raise_pt2e_quant,
     fuse_conv_bn, fuse_norms, fuse_attention, fuse_linear_epilogue, fuse_gated_ffn, fuse_horizontal,
     quantize_weights, quantize_static, narrow_io, demote_precision,
-    lower_cuvil_to_torch,
+    lower_cuvil_to_kernels, lower_cuvil_to_torch,
     verify_no_cuvil,
 ))
 
