@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 
 from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.diagnostics import module_path
 from cuvil_mlir.ir import ir
 from cuvil_mlir.passes import ConfigurablePass
 from cuvil_mlir.patterns import Firings, build, info, torch_int_list, vtensor_type
@@ -41,6 +42,7 @@ NAME = "lower-cuvil-to-kernels"
 ARCHS = ("sm_90",)
 KERNEL_ATTR = "cuvil.kernel"  # on the private function: which op it computes ("linear")
 SPEC_ATTR = "cuvil.kernel_spec"  # its shape, dtype and epilogue
+SITES_ATTR = "cuvil.kernel_sites"  # the nn.Module paths of the ops it computes (for the metadata)
 KERNEL_DTYPES = ("f16", "bf16")
 ALIGN_ELEMENTS = 8  # 16-byte rows of 16-bit elements
 
@@ -112,6 +114,7 @@ def _declare(module: ir.Module, op, spec: dict, symbol: str) -> None:
             result = cuvil.linear(flat_y, args[0], args[1], args[2] if len(args) > 2 else None, activation=spec["activation"])
             value = result.result if isinstance(result, ir.OpView) else result
             ir.Operation.create("func.return", operands=[value])
+    return func
 
 
 def _is_kernel_function(op) -> bool:
@@ -136,7 +139,8 @@ def _run(module: ir.Module) -> Firings:
             return ir.WalkResult.ADVANCE
 
         func.operation.walk(visit)
-    declared = {ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations if _is_kernel_function(op)}
+    functions = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in module.body.operations if _is_kernel_function(op)}
+    sites: dict[str, list[str]] = {}
     for op in linears:
         reason = why_not(op)
         if reason is not None:
@@ -144,9 +148,9 @@ def _run(module: ir.Module) -> Firings:
             continue
         spec = spec_of(op)
         symbol = symbol_of(spec)
-        if symbol not in declared:
-            _declare(module, op, spec, symbol)
-            declared.add(symbol)
+        if symbol not in functions:
+            functions[symbol] = _declare(module, op, spec, symbol)
+        sites.setdefault(symbol, []).append(module_path(op.location))
         x, y = info(op.input), info(op.result)
         with ir.InsertionPoint(op.operation), op.location:
             flat_x = op.input
@@ -163,6 +167,10 @@ def _run(module: ir.Module) -> Firings:
         op.result.replace_all_uses_with(out)
         op.operation.erase()
         fired.record("linear", loc)
+    for symbol, paths in sites.items():
+        func = functions[symbol]
+        old = [ir.StringAttr(a).value for a in ir.ArrayAttr(func.attributes[SITES_ATTR])] if SITES_ATTR in func.attributes else []
+        func.attributes[SITES_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(p) for p in old + paths])
     return fired
 
 

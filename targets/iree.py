@@ -55,6 +55,7 @@ def compile_to_vmfb(module: ir.Module, flags: list[str], *, input_type: str = "t
 
 KERNEL_ATTR = "cuvil.kernel"
 SPEC_ATTR = "cuvil.kernel_spec"
+SITES_ATTR = "cuvil.kernel_sites"
 
 
 def materialize_kernels(data: bytes, kernels, report: list) -> bytes:
@@ -74,6 +75,8 @@ def materialize_kernels(data: bytes, kernels, report: list) -> bytes:
             symbol = iree_ir.StringAttr(op.attributes["sym_name"]).value
             spec = _read_spec(iree_ir, op.attributes[SPEC_ATTR])
             text, record = kernels(symbol, spec)
+            if SITES_ATTR in op.attributes:  # where the ops it computes came from (nn.Module paths)
+                record["sites"] = [iree_ir.StringAttr(a).value for a in iree_ir.ArrayAttr(op.attributes[SITES_ATTR])]
             report.append(record)
             if text is None:
                 continue
