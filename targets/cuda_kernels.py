@@ -47,6 +47,7 @@ TRITON_VERSION = "3.9.0"
 PTX_VERSION = 87
 CACHE_ENV = "CUVIL_KERNEL_CACHE"  # where built kernels are kept (default ~/.cache/cuvil-mlir/kernels)
 CONFIGS_PATH = Path(__file__).with_name("cuda_kernel_configs.json")
+CONFIGS_ENV = "CUVIL_KERNEL_CONFIGS"  # another tile table (a JSON file like CONFIGS_PATH), for tuning
 
 
 def available() -> str | None:
@@ -90,10 +91,16 @@ class TileConfig:
     warps: int
     stages: int
     group: int = 8
+    # "tiles": one program per output tile; "persistent": one program per SM looping over tiles
+    # (descriptors made once per program, the next tile's loads overlap this one's epilogue),
+    # warp-specialized (producer/consumer warps) when ``ws``
+    kind: str = "tiles"
+    ws: bool = False
 
     @property
     def key(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk}w{self.warps}s{self.stages}"
+        extra = "" if self.kind == "tiles" else f"p{'ws' if self.ws else ''}"
+        return f"{self.bm}x{self.bn}x{self.bk}w{self.warps}s{self.stages}{extra}"
 
 
 @dataclass(frozen=True)
@@ -120,9 +127,13 @@ class KernelBinary:
 # ----------------------------------------------------------------------------- selection
 
 
-def load_configs(path: Path = CONFIGS_PATH) -> list[dict]:
+def load_configs(path: Path | None = None) -> list[dict]:
     """The tile table: rules in order, the first whose bounds hold is used (see the JSON)."""
-    return json.loads(path.read_text())["rules"]
+    path = Path(path or os.environ.get(CONFIGS_ENV) or CONFIGS_PATH)
+    try:
+        return json.loads(path.read_text())["rules"]
+    except (OSError, ValueError, KeyError) as e:
+        raise CompileError(f"cannot read the kernel tile table {path}: {e}") from e
 
 
 def select_config(spec: LinearSpec, rules: list[dict] | None = None) -> TileConfig | None:
@@ -202,11 +213,47 @@ def _kernel():
             acc = acc * up
         yd.store([om, on], acc.to(y_ptr.dtype.element_ty))
 
-    _LINEAR = cuvil_linear
+    @triton.jit
+    def cuvil_linear_persistent(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                                F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                                GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr,
+                                PROGRAMS: tl.constexpr, WS: tl.constexpr):
+        xd = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+        wd = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+        yd = tl.make_tensor_descriptor(y_ptr, shape=[M, F], strides=[F, 1], block_shape=[BM, BN])
+        num_m = tl.cdiv(M, BM)
+        num_n = tl.cdiv(F, BN)
+        width = GROUP * num_n
+        k_tiles = tl.cdiv(K, BK)
+        for tile in tl.range(tl.program_id(0), num_m * num_n, PROGRAMS, flatten=True, warp_specialize=WS):
+            first = (tile // width) * GROUP
+            size = min(num_m - first, GROUP)
+            om = (first + (tile % width) % size) * BM
+            on = ((tile % width) // size) * BN
+            acc = tl.zeros((BM, BN), tl.float32)
+            if GATED:
+                up = tl.zeros((BM, BN), tl.float32)
+            for kk in range(k_tiles):
+                a = xd.load([om, kk * BK])
+                acc = tl.dot(a, wd.load([on, kk * BK]).T, acc)
+                if GATED:
+                    up = tl.dot(a, wd.load([F + on, kk * BK]).T, up)
+            cols = on + tl.arange(0, BN)
+            if HAS_BIAS:
+                acc += tl.load(b_ptr + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
+                if GATED:
+                    up += tl.load(b_ptr + F + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
+            acc = _act(acc, ACT)
+            if GATED:
+                acc = acc * up
+            yd.store([om, on], acc.to(y_ptr.dtype.element_ty))
+
+    _LINEAR = {"tiles": cuvil_linear, "persistent": cuvil_linear_persistent}
     return _LINEAR
 
 
 _LINEAR = None
+SMS = 132  # H100 SXM / H200: the persistent kernel's program count (at most)
 
 
 def kernel_name(spec: LinearSpec, config: TileConfig) -> str:
@@ -231,7 +278,7 @@ def build_linear(spec: LinearSpec, config: TileConfig | None = None) -> KernelBi
                             str(cache / "kernel.cubin"), str(cache / "kernel.ptx"))
     ptx, threads, shared, scratch = _compile(spec, config, name)
     cubin = _ptxas(ptx)
-    grid = math.ceil(spec.m / config.bm) * math.ceil(spec.out_features / config.bn)
+    grid = grid_of(spec, config)
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "kernel.ptx").write_text(ptx)  # NUL-terminated by IREE's flatbuffer string
     (cache / "kernel.cubin").write_bytes(cubin)
@@ -245,11 +292,13 @@ def _compile(spec: LinearSpec, config: TileConfig, name: str) -> tuple[str, int,
     from triton.compiler import ASTSource
 
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    fn = _kernel()
+    fn = _kernel()[config.kind]
     ty = "*" + DTYPES[spec.dtype]
     sizes = dict(M=spec.m, N=spec.n, K=spec.k, F=spec.out_features, BM=config.bm, BN=config.bn, BK=config.bk,
                  GROUP=config.group, HAS_BIAS=int(spec.has_bias), ACT=_ACT_CODE[GATED.get(spec.activation, spec.activation)],
                  GATED=int(spec.gated))
+    if config.kind == "persistent":
+        sizes.update(PROGRAMS=grid_of(spec, config), WS=int(config.ws))
     signature = {"x_ptr": ty, "w_ptr": ty, "b_ptr": ty, "y_ptr": ty, **{k: "constexpr" for k in sizes}}
     # IREE's binding pointers are at least 16-byte aligned (its stream resource alignment)
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(4)}
@@ -260,6 +309,12 @@ def _compile(spec: LinearSpec, config: TileConfig, name: str) -> tuple[str, int,
         raise CompileError(f"Triton failed to compile {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     ptx = rename_entry(k.asm["ptx"], k.metadata.name, name)
     return ptx, k.metadata.num_warps * 32, k.metadata.shared, k.metadata.global_scratch_size
+
+
+def grid_of(spec: LinearSpec, config: TileConfig) -> int:
+    """Programs launched: one per output tile, or (persistent) at most one per SM."""
+    tiles = math.ceil(spec.m / config.bm) * math.ceil(spec.out_features / config.bn)
+    return tiles if config.kind == "tiles" else min(tiles, SMS)
 
 
 def rename_entry(ptx: str, old: str, new: str) -> str:

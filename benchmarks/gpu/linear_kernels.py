@@ -50,6 +50,13 @@ CONFIGS = [  # bm, bn, bk, warps, stages
     (64, 256, 64, 4, 4), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 64, 128, 4, 4),
 ]
 GATED_CONFIGS = [(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4)]
+# the second sweep: one program per tile against persistent programs (one per SM), on the shapes
+# where the first sweep left the kernel furthest from cuBLAS
+PERSISTENT_SHAPES = {"gemm4096", "gemm4096_bf16", "llama_gateup_t4096", "llama_down_t4096", "llama_qkv_t4096", "llama_gateup_t512", "gpt2_fc_t1024"}
+PERSISTENT_CONFIGS = [(128, 256, 64, 8, 3, 8, "tiles"), (128, 256, 64, 8, 3, 8, "persistent"), (128, 256, 64, 8, 4, 8, "persistent"),
+                      (128, 128, 64, 8, 4, 8, "persistent"), (128, 128, 64, 4, 4, 8, "persistent"), (128, 256, 64, 8, 3, 16, "persistent")]
+PERSISTENT_GATED = [(128, 128, 64, 8, 3, 8, "tiles"), (128, 128, 64, 8, 3, 8, "persistent"), (128, 128, 64, 8, 4, 8, "persistent"),
+                    (128, 64, 64, 4, 4, 8, "persistent")]
 QUICK = {"gemm4096", "llama_gateup_t4096", "llama_o_t4096", "gpt2_fc_t128", "decode_m1", "odd_m_k"}
 
 
@@ -104,7 +111,7 @@ def _iree_function(name: str, m, n, k, t, activation, bias) -> str:
     return f"func.func @{name}({', '.join(args)}) -> {y} {{\n{lines}  return %y : {y}\n}}\n"
 
 
-def build(out: Path, quick: bool) -> None:
+def build(out: Path, quick: bool, persistent: bool = False) -> None:
     sys.path.insert(0, str(REPO))
     from targets import cuda_kernels as ck
 
@@ -112,13 +119,15 @@ def build(out: Path, quick: bool) -> None:
     flags = ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_89", "--iree-opt-level=O3"]
     shapes = []
     for name, m, n, k, t, act, bias in SHAPES:
-        if quick and name not in QUICK:
+        if (quick and name not in QUICK) or (persistent and name not in PERSISTENT_SHAPES):
             continue
         spec = ck.LinearSpec(m, n, k, t, act, bias)
         configs = GATED_CONFIGS if spec.gated else CONFIGS
+        if persistent:
+            configs = PERSISTENT_GATED if spec.gated else PERSISTENT_CONFIGS
         funcs, kernels = [], {}
         for cfg in configs if name != "gemm4096_ptx" else []:
-            config = ck.TileConfig(*cfg)
+            config = ck.TileConfig(*cfg[:5], *(cfg[5:6] or [8]), *(cfg[6:7] or ["tiles"]))
             if config.bm > 64 and m <= 16:
                 continue
             try:
@@ -126,14 +135,14 @@ def build(out: Path, quick: bool) -> None:
             except Exception as e:
                 print(f"{name} {config.key}: {e}", file=sys.stderr)
                 continue
-            sym = f"kernel_{config.key}"
+            sym = f"kernel_{config.key}_g{config.group}"
             funcs.append(ck.dispatch_function(sym, kb, torch_types=False))
-            kernels[f"k_{config.key}"] = kb.describe()
+            kernels[f"k_{config.key}_g{config.group}"] = kb.describe()
             y = f"tensor<{m}x{spec.out_features}x{t}>"
             args = [f"%x: tensor<{m}x{k}x{t}>", f"%w: tensor<{n}x{k}x{t}>"] + ([f"%b: tensor<{n}x{t}>"] if bias else [])
             names = ", ".join(a.split(":")[0] for a in args)
             types = ", ".join(a.split(": ")[1] for a in args)
-            funcs.append(f"func.func @k_{config.key}({', '.join(args)}) -> {y} {{\n  %y = call @{sym}({names}) : ({types}) -> {y}\n  return %y : {y}\n}}\n")
+            funcs.append(f"func.func @k_{config.key}_g{config.group}({', '.join(args)}) -> {y} {{\n  %y = call @{sym}({names}) : ({types}) -> {y}\n  return %y : {y}\n}}\n")
         if name == "gemm4096_ptx":  # the kernel as PTX, JIT-compiled by the driver at load
             funcs = []
             kb = ck.build_linear(spec, ck.TileConfig(*configs[0]))
@@ -302,11 +311,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build"); b.add_argument("out", type=Path); b.add_argument("--quick", action="store_true")
+    b.add_argument("--persistent", action="store_true", help="the second sweep (PERSISTENT_*)")
     r = sub.add_parser("run"); r.add_argument("folder", type=Path); r.add_argument("--out", type=Path, required=True)
     r.add_argument("--deadline", type=float, default=400)
     a = p.parse_args()
     if a.cmd == "build":
-        build(a.out, a.quick)
+        build(a.out, a.quick, a.persistent)
     else:
         run(a.folder, a.out, a.deadline)
 
