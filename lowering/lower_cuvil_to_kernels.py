@@ -36,7 +36,7 @@ from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.diagnostics import module_path
 from cuvil_mlir.ir import ir
 from cuvil_mlir.passes import ConfigurablePass
-from cuvil_mlir.patterns import Firings, build, info, torch_int_list, vtensor_type
+from cuvil_mlir.patterns import Firings, build, defining_op, has_one_use, info, torch_int, torch_int_list, vtensor_type
 
 NAME = "lower-cuvil-to-kernels"
 ARCHS = ("sm_90",)
@@ -44,19 +44,24 @@ KERNEL_ATTR = "cuvil.kernel"  # on the private function: which op it computes ("
 SPEC_ATTR = "cuvil.kernel_spec"  # its shape, dtype and epilogue
 SITES_ATTR = "cuvil.kernel_sites"  # the nn.Module paths of the ops it computes (for the metadata)
 KERNEL_DTYPES = ("f16", "bf16")
+_CASTS = ("torch.aten.to.dtype", "torch.prims.convert_element_type")
+_LAYOUT = ("torch.aten.permute", "torch.aten.transpose.int", "torch.aten.t")
+_DTYPE_CODE = {"f16": 5, "f32": 6, "bf16": 15}
 ALIGN_ELEMENTS = 8  # 16-byte rows of 16-bit elements
 
 
-def why_not(op) -> str | None:
-    """None when a kernel for sm_90 covers this cuvil.linear, else why not (in words)."""
+def why_not(op, half: str | None = None) -> str | None:
+    """None when a kernel for sm_90 covers this cuvil.linear, else why not (in words). ``half``:
+    the 16-bit dtype of the widened form (``narrowed``), whose bias may be f32."""
     x, w, y = info(op.input), info(op.weight), info(op.result)
     if any(d < 0 for t in (x, w, y) for d in t.shape):
         return "dynamic shape"
-    if x.dtype not in KERNEL_DTYPES:
+    if half is None and x.dtype not in KERNEL_DTYPES:
         return f"dtype {x.dtype}"
-    if op.bias is not None and info(op.bias).dtype != x.dtype:
-        return f"bias dtype {info(op.bias).dtype} differs from {x.dtype}"
-    if y.dtype != x.dtype:
+    dtype = half or x.dtype
+    if op.bias is not None and info(op.bias).dtype not in ((dtype, "f32") if half else (dtype,)):
+        return f"bias dtype {info(op.bias).dtype} differs from {dtype}"
+    if half is None and y.dtype != x.dtype:
         return f"result dtype {y.dtype} differs from {x.dtype}"
     k, out = x.shape[-1], y.shape[-1]
     if k % ALIGN_ELEMENTS:
@@ -68,15 +73,46 @@ def why_not(op) -> str | None:
     return None
 
 
-def spec_of(op) -> dict:
+def _cast_source(value):
+    """x when ``value`` is a cast of a 16-bit x to f32, else None."""
+    cast = defining_op(value, _CASTS)
+    if cast is None or info(value).dtype != "f32" or info(cast.operands[0]).dtype not in KERNEL_DTYPES:
+        return None
+    return cast.operands[0]
+
+
+def narrowed(op):
+    """(16-bit dtype, 16-bit input, the truncating cast) for the form torch.export gives a 16-bit
+    ``addmm`` (HF GPT-2's Conv1D): an f32 cuvil.linear of upcast 16-bit x and W (through a
+    transpose) whose one use casts the result back to 16 bits. The kernel computes exactly that:
+    16-bit products, fp32 accumulation, bias and activation, one rounding at the end."""
+    if info(op.result).dtype != "f32" or not has_one_use(op.result):
+        return None
+    user = next(iter(op.result.uses)).owner
+    if user.name not in _CASTS or info(user.results[0]).dtype not in KERNEL_DTYPES:
+        return None
+    half = info(user.results[0]).dtype
+    x = _cast_source(op.input)
+    w = op.weight
+    while (layout := defining_op(w, _LAYOUT)) is not None:
+        w = layout.operands[0]
+    w = _cast_source(w)
+    if x is None or w is None or info(x).dtype != half or info(w).dtype != half:
+        return None
+    return half, x, user
+
+
+def spec_of(op, half: str | None = None) -> dict:
     x, w = info(op.input), info(op.weight)
-    return {"m": math.prod(x.shape[:-1]), "n": w.shape[0], "k": x.shape[-1], "dtype": x.dtype,
-            "activation": cuvil.activation_of(op), "has_bias": op.bias is not None}
+    dtype = half or x.dtype
+    return {"m": math.prod(x.shape[:-1]), "n": w.shape[0], "k": x.shape[-1], "dtype": dtype,
+            "activation": cuvil.activation_of(op), "has_bias": op.bias is not None,
+            "bias_dtype": info(op.bias).dtype if op.bias is not None else "", "widened": half is not None}
 
 
 def symbol_of(spec: dict) -> str:
-    return (f"cuvil_kernel_linear_{spec['m']}x{spec['n']}x{spec['k']}_{spec['dtype']}_{spec['activation']}"
-            f"{'_bias' if spec['has_bias'] else ''}")
+    bias = "" if not spec["has_bias"] else "_bias" if spec["bias_dtype"] == spec["dtype"] else f"_bias_{spec['bias_dtype']}"
+    return f"cuvil_kernel_linear_{spec['m']}x{spec['n']}x{spec['k']}_{spec['dtype']}_{spec['activation']}{bias}"
 
 
 def _spec_attr(spec: dict) -> ir.Attribute:
@@ -84,7 +120,7 @@ def _spec_attr(spec: dict) -> ir.Attribute:
     return ir.DictAttr.get({
         "m": ir.IntegerAttr.get(i64, spec["m"]), "n": ir.IntegerAttr.get(i64, spec["n"]), "k": ir.IntegerAttr.get(i64, spec["k"]),
         "dtype": ir.StringAttr.get(spec["dtype"]), "activation": ir.StringAttr.get(spec["activation"]),
-        "has_bias": ir.BoolAttr.get(spec["has_bias"]),
+        "has_bias": ir.BoolAttr.get(spec["has_bias"]), "bias_dtype": ir.StringAttr.get(spec["bias_dtype"]),
     })
 
 
@@ -93,15 +129,21 @@ def read_spec(attr) -> dict:
     d = ir.DictAttr(attr)
     return {"m": ir.IntegerAttr(d["m"]).value, "n": ir.IntegerAttr(d["n"]).value, "k": ir.IntegerAttr(d["k"]).value,
             "dtype": ir.StringAttr(d["dtype"]).value, "activation": ir.StringAttr(d["activation"]).value,
-            "has_bias": ir.BoolAttr(d["has_bias"]).value}
+            "has_bias": ir.BoolAttr(d["has_bias"]).value, "bias_dtype": ir.StringAttr(d["bias_dtype"]).value}
+
+
+def _convert(value, dtype: str):
+    return build("torch.prims.convert_element_type", [value, torch_int(_DTYPE_CODE[dtype])], vtensor_type(info(value).shape, dtype))
 
 
 def _declare(module: ir.Module, op, spec: dict, symbol: str) -> None:
-    """The private function computing one linear on [M, K] (its body: the cuvil.linear)."""
-    x, y = info(op.input), info(op.result)
-    flat_x = vtensor_type([spec["m"], spec["k"]], x.dtype)
-    flat_y = vtensor_type([spec["m"], y.shape[-1]], y.dtype)
-    inputs = [flat_x, op.weight.type] + ([op.bias.type] if op.bias is not None else [])
+    """The private function computing one linear on [M, K] (its body: the cuvil.linear; for the
+    widened form the casts around it too, so the body computes what the program did)."""
+    y, dtype = info(op.result), spec["dtype"]
+    flat_x = vtensor_type([spec["m"], spec["k"]], dtype)
+    flat_y = vtensor_type([spec["m"], y.shape[-1]], dtype)
+    weight = vtensor_type(info(op.weight).shape, dtype)
+    inputs = [flat_x, weight] + ([op.bias.type] if op.bias is not None else [])
     with ir.InsertionPoint(module.body), op.location:
         func = ir.Operation.create(
             "func.func", regions=1,
@@ -111,8 +153,14 @@ def _declare(module: ir.Module, op, spec: dict, symbol: str) -> None:
         block = func.regions[0].blocks.append(*inputs)
         with ir.InsertionPoint(block):
             args = list(block.arguments)
-            result = cuvil.linear(flat_y, args[0], args[1], args[2] if len(args) > 2 else None, activation=spec["activation"])
+            x, w = args[0], args[1]
+            if spec["widened"]:
+                x, w = _convert(x, "f32"), _convert(w, "f32")
+            wide_y = vtensor_type([spec["m"], y.shape[-1]], "f32") if spec["widened"] else flat_y
+            result = cuvil.linear(wide_y, x, w, args[2] if len(args) > 2 else None, activation=spec["activation"])
             value = result.result if isinstance(result, ir.OpView) else result
+            if spec["widened"]:
+                value = _convert(value, dtype)
             ir.Operation.create("func.return", operands=[value])
     return func
 
@@ -142,31 +190,39 @@ def _run(module: ir.Module) -> Firings:
     functions = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in module.body.operations if _is_kernel_function(op)}
     sites: dict[str, list[str]] = {}
     for op in linears:
-        reason = why_not(op)
+        wide = narrowed(op)
+        reason = why_not(op, wide[0] if wide else None)
         if reason is not None:
             fired.record(f"kept: {reason}", op.location)
             continue
-        spec = spec_of(op)
+        half, x_value, trunc = wide if wide is not None else (None, op.input, None)
+        spec = spec_of(op, half)
         symbol = symbol_of(spec)
         if symbol not in functions:
             functions[symbol] = _declare(module, op, spec, symbol)
         sites.setdefault(symbol, []).append(module_path(op.location))
-        x, y = info(op.input), info(op.result)
+        x, y = info(x_value), info(op.result)
         with ir.InsertionPoint(op.operation), op.location:
-            flat_x = op.input
+            flat_x = x_value
             if x.rank != 2:
-                flat_x = build("torch.aten.view", [op.input, torch_int_list([spec["m"], spec["k"]])], vtensor_type([spec["m"], spec["k"]], x.dtype))
-            operands = [flat_x, op.weight] + ([op.bias] if op.bias is not None else [])
-            flat_type = vtensor_type([spec["m"], y.shape[-1]], y.dtype)
+                flat_x = build("torch.aten.view", [x_value, torch_int_list([spec["m"], spec["k"]])], vtensor_type([spec["m"], spec["k"]], x.dtype))
+            # widened: W back to 16 bits (it is the upcast of a 16-bit W: IREE folds the pair away)
+            weight = _convert(op.weight, half) if wide is not None else op.weight
+            operands = [flat_x, weight] + ([op.bias] if op.bias is not None else [])
+            flat_type = vtensor_type([spec["m"], y.shape[-1]], spec["dtype"])
             call = ir.Operation.create("func.call", results=[flat_type], operands=operands,
                                        attributes={"callee": ir.FlatSymbolRefAttr.get(symbol)})
             out = call.result
             if y.rank != 2:
-                out = build("torch.aten.view", [out, torch_int_list(list(y.shape))], op.result.type)
+                out = build("torch.aten.view", [out, torch_int_list(list(y.shape))], vtensor_type(y.shape, spec["dtype"]))
         loc = op.location
-        op.result.replace_all_uses_with(out)
+        if trunc is not None:  # the cast back to 16 bits is the call now
+            trunc.results[0].replace_all_uses_with(out)
+            trunc.erase()
+        else:
+            op.result.replace_all_uses_with(out)
         op.operation.erase()
-        fired.record("linear", loc)
+        fired.record("linear" if wide is None else "linear (widened 16-bit)", loc)
     for symbol, paths in sites.items():
         func = functions[symbol]
         old = [ir.StringAttr(a).value for a in ir.ArrayAttr(func.attributes[SITES_ATTR])] if SITES_ATTR in func.attributes else []

@@ -73,6 +73,11 @@ class LinearSpec:
     dtype: str  # f16 | bf16
     activation: str
     has_bias: bool
+    bias_dtype: str = ""  # the bias's dtype: the kernel's (default) or f32 (added in fp32 either way)
+
+    @property
+    def bias_type(self) -> str:
+        return self.bias_dtype or self.dtype
 
     @property
     def gated(self) -> bool:
@@ -259,7 +264,8 @@ SMS = 132  # H100 SXM / H200: the persistent kernel's program count (at most)
 def kernel_name(spec: LinearSpec, config: TileConfig) -> str:
     """A readable, unique entry name: what shows up in profiles and IREE's dispatch names."""
     digest = hashlib.sha256(repr((asdict(spec), asdict(config))).encode()).hexdigest()[:8]
-    return f"cuvil_linear_{spec.m}x{spec.n}x{spec.k}_{spec.dtype}_{spec.activation}{'_bias' if spec.has_bias else ''}_{config.key}_{digest}"
+    bias = "" if not spec.has_bias else "_bias" if spec.bias_type == spec.dtype else f"_bias_{spec.bias_type}"
+    return f"cuvil_linear_{spec.m}x{spec.n}x{spec.k}_{spec.dtype}_{spec.activation}{bias}_{config.key}_{digest}"
 
 
 def build_linear(spec: LinearSpec, config: TileConfig | None = None) -> KernelBinary:
@@ -299,7 +305,8 @@ def _compile(spec: LinearSpec, config: TileConfig, name: str) -> tuple[str, int,
                  GATED=int(spec.gated))
     if config.kind == "persistent":
         sizes.update(PROGRAMS=grid_of(spec, config), WS=int(config.ws))
-    signature = {"x_ptr": ty, "w_ptr": ty, "b_ptr": ty, "y_ptr": ty, **{k: "constexpr" for k in sizes}}
+    bias_ty = "*" + {"f32": "fp32", **DTYPES}[spec.bias_type] if spec.has_bias else ty
+    signature = {"x_ptr": ty, "w_ptr": ty, "b_ptr": bias_ty, "y_ptr": ty, **{k: "constexpr" for k in sizes}}
     # IREE's binding pointers are at least 16-byte aligned (its stream resource alignment)
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(4)}
     try:
@@ -371,8 +378,9 @@ def dispatch_function(symbol: str, kb: KernelBinary, *, embed: str = "cubin", to
     shared memory needs no opt-in of ours."""
     s, t = kb.spec, _MLIR_DTYPE[kb.spec.dtype]
     shapes = {"x": [s.m, s.k], "w": [s.n, s.k], "b": [s.n], "y": [s.m, s.out_features]}
-    builtin = {name: f"tensor<{'x'.join(map(str, d))}x{t}>" for name, d in shapes.items()}
-    vtensor = {name: f"!torch.vtensor<[{','.join(map(str, d))}],{t}>" for name, d in shapes.items()}
+    dtypes = {"x": t, "w": t, "y": t, "b": {"f32": "f32", **_MLIR_DTYPE}[s.bias_type]}
+    builtin = {name: f"tensor<{'x'.join(map(str, d))}x{dtypes[name]}>" for name, d in shapes.items()}
+    vtensor = {name: f"!torch.vtensor<[{','.join(map(str, d))}],{dtypes[name]}>" for name, d in shapes.items()}
     names = ["x", "w"] + (["b"] if s.has_bias else [])
     outer = vtensor if torch_types else builtin
     lines = []
@@ -427,7 +435,7 @@ def materialize(symbol: str, spec: dict) -> tuple[str | None, dict]:
     reason = available()
     if reason:
         return None, {**record, "kernel": None, "why": reason}
-    ls = LinearSpec(spec["m"], spec["n"], spec["k"], spec["dtype"], spec["activation"], spec["has_bias"])
+    ls = LinearSpec(spec["m"], spec["n"], spec["k"], spec["dtype"], spec["activation"], spec["has_bias"], spec.get("bias_dtype", ""))
     try:
         config = select_config(ls)
         if config is None:

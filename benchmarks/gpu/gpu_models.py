@@ -62,14 +62,18 @@ def sign_weights(model) -> None:
 
 @torch.no_grad()
 def tiled_sign_weights(model, period: int = 64) -> None:
-    """sign_weights, with the rows of each matrix repeating every ``period`` rows: the same
-    timing, numerics still checkable against torch, and a module that xz shrinks ~100x (real-size
-    models, e.g. Llama d=2048, otherwise do not fit the device tool's 64 MiB)."""
+    """sign_weights from one random ``period`` x ``period`` block tiled over each matrix (rank <=
+    ``period``): the same timing, numerics still checkable against torch (same weights there), and
+    a module that xz shrinks >100x whatever layout IREE stores the weights in (real-size models,
+    e.g. Llama d=2048, otherwise do not fit the device tool's 64 MiB)."""
     for p in model.parameters():
         if p.is_floating_point() and p.dim() >= 2:
             std = float(p.float().std())
-            rows = torch.where(p[:period] >= 0, std, -std).to(p.dtype)
-            p.copy_(rows.repeat(-(-p.shape[0] // period), *([1] * (p.dim() - 1)))[: p.shape[0]])
+            block = p.reshape(p.shape[0], -1)[:period, :period]
+            block = torch.where(block >= 0, std, -std).to(p.dtype)
+            rows, cols = p.shape[0], p[0].numel()
+            tiled = block.repeat(-(-rows // block.shape[0]), -(-cols // block.shape[1]))[:rows, :cols]
+            p.copy_(tiled.reshape(p.shape))
 
 
 def build(builder: str, kwargs: dict):

@@ -64,7 +64,17 @@ CASES = {
     "large_bf16": (lambda: Linears([1024, 2048, 1024], ["relu", "none"]), (1, 512, 1024), "bf16", 2, 0),
     "gated_ffn_bf16": (lambda: GatedFFN(512, 1408), (1, 77, 512), "bf16", 2, 0),
     "fallback_k770_n13": (lambda: Linears([770, 256, 13], ["relu", "none"]), (2, 40, 770), "f16", 0, 2),
+    # HF GPT-2 (Conv1D: torch.export's 16-bit addmm is an f32 mm of upcast operands): the widened form
+    "hf_gpt2_widened": (lambda: _hf_gpt2(), "ids", "f16", 9, 0),
 }
+
+
+def _hf_gpt2():
+    sys.path.insert(0, str(REPO / "examples"))
+    import models
+
+    model, _ = models.gpt2(layers=2, d_model=256, heads=4, seq=64)
+    return model
 TOLERANCE = {"f16": 1e-2, "bf16": 3e-2}  # max |y - ref| / max |ref|
 
 
@@ -78,7 +88,7 @@ def sign_weights(model) -> None:
             p.copy_(torch.where(p >= 0, std, -std))
 
 
-def build(out: Path) -> None:
+def build(out: Path, only: set[str] | None = None) -> None:
     import lzma
 
     import cuvil_mlir
@@ -86,9 +96,19 @@ def build(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     for name, (factory, shape, dtype, taken, kept) in CASES.items():
+        if only and name not in only:
+            continue
         model = factory().eval()
         sign_weights(model)
         tdt = torch.float16 if dtype == "f16" else torch.bfloat16
+        if shape == "ids":  # token ids in, logits out
+            x = torch.randint(0, 256, (2, 64))
+            with torch.no_grad():
+                ref = model.float()(x).numpy()
+            compiled = cuvil_mlir.compile(model.half(), (x,), target="cuda:h200")
+            inputs = x.numpy()
+            _finish(out, name, compiled, inputs, ref, dtype, taken, kept, lzma)
+            continue
         x = torch.randn(*shape)
         with torch.no_grad():
             ref = model.float()(x.to(tdt).float()).numpy()
@@ -99,21 +119,26 @@ def build(out: Path) -> None:
         else:
             compiled = cuvil_mlir.compile(model.float(), (x.to(tdt).float(),), target="cuda:h200", precision="bf16")
             inputs = x.to(tdt).float().numpy()
-        kernels = compiled.metadata["kernels"]
-        got = sum(len(k.get("sites", [""])) for k in kernels if k.get("kernel"))
-        fired = compiled.metadata["patterns_fired"].get("lower-cuvil-to-kernels", {})
-        kept_now = sum(v for k, v in fired.items() if k.startswith("kept"))
-        if (got, kept_now) != (taken, kept):
-            raise SystemExit(f"{name}: kernels took {got} linears and kept {kept_now}; expected {taken} and {kept}: {fired} {kernels}")
-        compiled.save(out / f"{name}.cuvilpkg")
-        path = out / f"{name}.cuvilpkg"  # xz for the trip (unpack there: xz -d *.xz)
-        (out / f"{name}.cuvilpkg.xz").write_bytes(lzma.compress(path.read_bytes(), preset=6))
-        path.unlink()
-        np.save(out / f"{name}.input.npy", inputs)
-        np.save(out / f"{name}.ref.npy", ref)
-        (out / f"{name}.json").write_text(json.dumps({"dtype": dtype, "tolerance": TOLERANCE[dtype], "kernels": kernels,
-                                                      "kept": kept, "taken": taken}, indent=1))
-        print(f"{name}: {taken} linears on kernels, {kept} kept; {[k.get('config') for k in kernels]}", file=sys.stderr)
+        _finish(out, name, compiled, inputs, ref, dtype, taken, kept, lzma)
+
+
+def _finish(out, name, compiled, inputs, ref, dtype, taken, kept, lzma):
+    """Check what the kernels took, then save the package (xz), input, reference and case.json."""
+    kernels = compiled.metadata["kernels"]
+    got = sum(len(k.get("sites", [""])) for k in kernels if k.get("kernel"))
+    fired = compiled.metadata["patterns_fired"].get("lower-cuvil-to-kernels", {})
+    kept_now = sum(v for k, v in fired.items() if k.startswith("kept"))
+    if (got, kept_now) != (taken, kept):
+        raise SystemExit(f"{name}: kernels took {got} linears and kept {kept_now}; expected {taken} and {kept}: {fired} {kernels}")
+    compiled.save(out / f"{name}.cuvilpkg")
+    path = out / f"{name}.cuvilpkg"  # xz for the trip (unpack there: xz -d *.xz)
+    (out / f"{name}.cuvilpkg.xz").write_bytes(lzma.compress(path.read_bytes(), preset=6))
+    path.unlink()
+    np.save(out / f"{name}.input.npy", inputs)
+    np.save(out / f"{name}.ref.npy", ref)
+    (out / f"{name}.json").write_text(json.dumps({"dtype": dtype, "tolerance": TOLERANCE[dtype], "kernels": kernels,
+                                                  "kept": kept, "taken": taken}, indent=1))
+    print(f"{name}: {taken} linears on kernels, {kept} kept; {[k.get('config') for k in kernels]}", file=sys.stderr)
 
 
 def main() -> None:
@@ -121,8 +146,9 @@ def main() -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
     b.add_argument("out", type=Path)
+    b.add_argument("--only", default="", help="comma-separated case names (default: all)")
     a = p.parse_args()
-    build(a.out)
+    build(a.out, set(filter(None, a.only.split(","))))
 
 
 if __name__ == "__main__":

@@ -307,6 +307,25 @@ def _host_bits(np, y):
         return y._buffer_view.map().asarray(list(y.shape), np.dtype(np.int16))
 
 
+def report(results: Path) -> str:
+    """A markdown table of a run's JSON: per shape torch (cuBLAS), IREE, the best kernel config."""
+    d = json.loads(results.read_text())
+    lines = [f"{d['date']}, {d['device']}, torch {d['torch']}; IREE flags {' '.join(d['flags'])}", "",
+             "| shape | M x N x K | dtype | epilogue | torch eager (cuBLAS) ms | IREE codegen ms | best kernel | kernel ms | TFLOP/s | kernel vs torch | kernel vs IREE | max rel err |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in d["shapes"]:
+        f = r["functions"]
+        best = r.get("best_kernel")
+        b = f.get(best, {})
+        epi = r["activation"] + (" + bias" if r["bias"] else "")
+        n = r["n"] // 2 if r["activation"] == "swiglu" else r["n"]
+        lines.append(f"| {r['name']} | {r['m']} x {r['n']} x {r['k']} | {r['dtype']} | {epi} | {r['torch_eager_ms']:.4f} | "
+                     f"{f['iree'].get('ms', float('nan')):.4f} | {(best or '-')[2:]} | {b.get('ms', float('nan')):.4f} | "
+                     f"{b.get('tflops', float('nan')):.0f} | {r.get('vs_torch', float('nan')):.2f}x | {r.get('vs_iree', float('nan')):.2f}x | "
+                     f"{b.get('max_rel_err', float('nan')):.1e} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -314,9 +333,12 @@ def main() -> None:
     b.add_argument("--persistent", action="store_true", help="the second sweep (PERSISTENT_*)")
     r = sub.add_parser("run"); r.add_argument("folder", type=Path); r.add_argument("--out", type=Path, required=True)
     r.add_argument("--deadline", type=float, default=400)
+    m = sub.add_parser("report"); m.add_argument("results", type=Path)
     a = p.parse_args()
     if a.cmd == "build":
         build(a.out, a.quick, a.persistent)
+    elif a.cmd == "report":
+        print(report(a.results), end="")
     else:
         run(a.folder, a.out, a.deadline)
 

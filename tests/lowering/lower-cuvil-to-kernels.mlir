@@ -15,7 +15,7 @@
 // CHECK:       func.func private @cuvil_kernel_linear_128x3072x768_f16_gelu_tanh_bias(%{{.+}}: !torch.vtensor<[128,768],f16>, %{{.+}}: !torch.vtensor<[3072,768],f16>, %{{.+}}: !torch.vtensor<[3072],f16>) -> !torch.vtensor<[128,3072],f16>
 // CHECK-SAME:    cuvil.kernel = "linear"
 // CHECK-SAME:    cuvil.kernel_sites = ["", ""]
-// CHECK-SAME:    cuvil.kernel_spec = {activation = "gelu_tanh", dtype = "f16", has_bias = true, k = 768 : i64, m = 128 : i64, n = 3072 : i64}
+// CHECK-SAME:    cuvil.kernel_spec = {activation = "gelu_tanh", bias_dtype = "f16", dtype = "f16", has_bias = true, k = 768 : i64, m = 128 : i64, n = 3072 : i64}
 // CHECK:         "cuvil.linear"(%arg0, %arg1, %arg2) {activation = "gelu_tanh"
 // CHECK-NOT:   func.func private
 // LOWERED-LABEL: func.func @mlp
@@ -53,6 +53,53 @@ func.func @gated_rank2(%x: !torch.vtensor<[16,512],bf16>, %w: !torch.vtensor<[27
 func.func @decode_rank1(%x: !torch.vtensor<[2048],f16>, %w: !torch.vtensor<[1024,2048],f16>) -> !torch.vtensor<[1024],f16> {
   %0 = "cuvil.linear"(%x, %w) {activation = "silu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2048],f16>, !torch.vtensor<[1024,2048],f16>) -> !torch.vtensor<[1024],f16>
   return %0 : !torch.vtensor<[1024],f16>
+}
+
+// -----
+
+// The widened form torch.export gives a 16-bit addmm (HF GPT-2's Conv1D): an f32 linear of upcast
+// f16 x and W (through a permute) whose one use casts back to f16. The kernel computes exactly
+// that (f16 products, fp32 accumulation and bias): the call takes the f16 x, W cast back (IREE
+// folds the pair), the f32 bias, and replaces the truncation. The function's body is the
+// original computation, casts included.
+// CHECK-LABEL: func.func @widened_addmm
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[16,64],f16>
+// CHECK:         %[[WT:[0-9]+]] = torch.aten.permute
+// CHECK:         %[[W16:[0-9]+]] = torch.prims.convert_element_type %[[WT]], %{{.+}} : !torch.vtensor<[192,64],f32>, !torch.int -> !torch.vtensor<[192,64],f16>
+// CHECK:         %[[Y:[0-9]+]] = call @cuvil_kernel_linear_16x192x64_f16_none_bias_f32(%[[X]], %[[W16]], %arg2) : (!torch.vtensor<[16,64],f16>, !torch.vtensor<[192,64],f16>, !torch.vtensor<[192],f32>) -> !torch.vtensor<[16,192],f16>
+// CHECK-NEXT:    return %[[Y]]
+// An f32 linear whose result stays f32 is not narrowed:
+// CHECK-LABEL: func.func @f32_result_kept
+// CHECK-NOT:     call
+// CHECK:         "cuvil.linear"
+// CHECK:       func.func private @cuvil_kernel_linear_16x192x64_f16_none_bias_f32
+// CHECK-SAME:    bias_dtype = "f32", dtype = "f16"
+// CHECK:         torch.prims.convert_element_type %arg0
+// CHECK:         torch.prims.convert_element_type %arg1
+// CHECK:         "cuvil.linear"(%{{.+}}, %{{.+}}, %arg2) {{.+}} -> !torch.vtensor<[16,192],f32>
+// CHECK:         torch.prims.convert_element_type %{{.+}} -> !torch.vtensor<[16,192],f16>
+func.func @widened_addmm(%x: !torch.vtensor<[16,64],f16>, %w: !torch.vtensor<[64,192],f16>, %b: !torch.vtensor<[192],f32>) -> !torch.vtensor<[16,192],f16> {
+  %int5 = torch.constant.int 5
+  %int6 = torch.constant.int 6
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %int1 = torch.constant.int 1
+  %int0 = torch.constant.int 0
+  %x32 = torch.aten.to.dtype %x, %int6, %false, %false, %none : !torch.vtensor<[16,64],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[16,64],f32>
+  %w32 = torch.aten.to.dtype %w, %int6, %false, %false, %none : !torch.vtensor<[64,192],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[64,192],f32>
+  %p = torch.prim.ListConstruct %int1, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %wt = torch.aten.permute %w32, %p : !torch.vtensor<[64,192],f32>, !torch.list<int> -> !torch.vtensor<[192,64],f32>
+  %y = "cuvil.linear"(%x32, %wt, %b) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[16,64],f32>, !torch.vtensor<[192,64],f32>, !torch.vtensor<[192],f32>) -> !torch.vtensor<[16,192],f32>
+  %y16 = torch.aten.to.dtype %y, %int5, %false, %false, %none : !torch.vtensor<[16,192],f32>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[16,192],f16>
+  return %y16 : !torch.vtensor<[16,192],f16>
+}
+func.func @f32_result_kept(%x: !torch.vtensor<[16,64],f16>, %w: !torch.vtensor<[192,64],f32>) -> !torch.vtensor<[16,192],f32> {
+  %int6 = torch.constant.int 6
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %x32 = torch.aten.to.dtype %x, %int6, %false, %false, %none : !torch.vtensor<[16,64],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[16,64],f32>
+  %y = "cuvil.linear"(%x32, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[16,64],f32>, !torch.vtensor<[192,64],f32>) -> !torch.vtensor<[16,192],f32>
+  return %y : !torch.vtensor<[16,192],f32>
 }
 
 // -----
