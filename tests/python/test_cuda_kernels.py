@@ -169,3 +169,50 @@ def test_kernel_function_without_a_kernel_compiles_to_iree_codegen(monkeypatch):
     (record,) = compiled.metadata["kernels"]
     assert record["kernel"] is None and record["why"] == "triton is not installed"
     assert compiled.modules[0].vmfb
+
+
+WIDENED = """
+func.func @main(%x: !torch.vtensor<[2,8,64],f16>, %w: !torch.vtensor<[64,48],f16>, %b: !torch.vtensor<[48],f32>, %w2: !torch.vtensor<[16,48],f16>) -> !torch.vtensor<[2,8,16],f16> {
+  %int5 = torch.constant.int 5
+  %int6 = torch.constant.int 6
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %int1 = torch.constant.int 1
+  %int0 = torch.constant.int 0
+  %x32 = torch.aten.to.dtype %x, %int6, %false, %false, %none : !torch.vtensor<[2,8,64],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[2,8,64],f32>
+  %w32 = torch.aten.to.dtype %w, %int6, %false, %false, %none : !torch.vtensor<[64,48],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[64,48],f32>
+  %p = torch.prim.ListConstruct %int1, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %wt = torch.aten.permute %w32, %p : !torch.vtensor<[64,48],f32>, !torch.list<int> -> !torch.vtensor<[48,64],f32>
+  %y = "cuvil.linear"(%x32, %wt, %b) {activation = "gelu", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,8,64],f32>, !torch.vtensor<[48,64],f32>, !torch.vtensor<[48],f32>) -> !torch.vtensor<[2,8,48],f32>
+  %y16 = torch.aten.to.dtype %y, %int5, %false, %false, %none : !torch.vtensor<[2,8,48],f32>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[2,8,48],f16>
+  %z = "cuvil.linear"(%y16, %w2) {activation = "swiglu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,8,48],f16>, !torch.vtensor<[16,48],f16>) -> !torch.vtensor<[2,8,8],f16>
+  %z2 = "cuvil.linear"(%y16, %w2) {activation = "relu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,8,48],f16>, !torch.vtensor<[16,48],f16>) -> !torch.vtensor<[2,8,16],f16>
+  return %z2 : !torch.vtensor<[2,8,16],f16>
+}
+"""
+
+
+def test_kernel_functions_compute_what_the_ops_did(tmp_path):
+    """The kernel functions' own bodies (what a target without a kernel compiles) give the same
+    numbers as the ops they replaced, widened form and batched views included (IREE CPU)."""
+    import numpy as np
+
+    from cuvil_mlir.context import make_context
+    from cuvil_mlir.ir import parse_module
+    from cuvil_mlir.lowering import builtin_registry
+    from cuvil_mlir.passes import run_pipeline
+    from cuvil_mlir.runtime import Session
+    from cuvil_mlir.targets import iree
+
+    cpu = parse_target("cpu")
+    registry = builtin_registry()
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((2, 8, 64)).astype(np.float16), (rng.standard_normal((64, 48)) / 8).astype(np.float16),
+              rng.standard_normal(48).astype(np.float32), (rng.standard_normal((16, 48)) / 7).astype(np.float16)]
+    outs = []
+    for passes in (["lower-cuvil-to-torch"], ["lower-cuvil-to-kernels", "lower-cuvil-to-torch"]):
+        module = parse_module(WIDENED, make_context())
+        fired = run_pipeline(module, [registry.get(p) for p in passes + ["verify-no-cuvil"]])
+        outs.append(Session(iree.compile_to_vmfb(module, cpu.iree_flags()), cpu.driver).invoke("main", inputs)[0])
+    assert fired["lower-cuvil-to-kernels"] == {"linear (widened 16-bit)": 1, "linear": 2}
+    np.testing.assert_array_equal(outs[0], outs[1])
