@@ -98,13 +98,14 @@ class TileConfig:
     group: int = 8
     # "tiles": one program per output tile; "persistent": one program per SM looping over tiles
     # (descriptors made once per program, the next tile's loads overlap this one's epilogue),
-    # warp-specialized (producer/consumer warps) when ``ws``
+    # warp-specialized (producer/consumer warps) when ``ws``; "pointers": one program per tile,
+    # pointer loads (cp.async) instead of TMA
     kind: str = "tiles"
     ws: bool = False
 
     @property
     def key(self) -> str:
-        extra = "" if self.kind == "tiles" else f"p{'ws' if self.ws else ''}"
+        extra = {"tiles": "", "pointers": "ptr"}.get(self.kind, f"p{'ws' if self.ws else ''}")
         return f"{self.bm}x{self.bn}x{self.bk}w{self.warps}s{self.stages}{extra}"
 
 
@@ -253,7 +254,54 @@ def _kernel():
                 acc = acc * up
             yd.store([om, on], acc.to(y_ptr.dtype.element_ty))
 
-    _LINEAR = {"tiles": cuvil_linear, "persistent": cuvil_linear_persistent}
+    @triton.jit
+    def cuvil_linear_pointers(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                              F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                              GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr):
+        # pointer loads (cp.async pipelining) instead of TMA descriptors; rows past M or F read
+        # a valid row (modulo) and are not stored; K past its end is masked only when ragged
+        pid = tl.program_id(0)
+        num_m = tl.cdiv(M, BM)
+        num_n = tl.cdiv(F, BN)
+        width = GROUP * num_n
+        first = (pid // width) * GROUP
+        size = min(num_m - first, GROUP)
+        pm = first + (pid % width) % size
+        pn = (pid % width) // size
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        xp = x_ptr + (rm % M)[:, None] * K + rk[None, :]
+        wp = w_ptr + (rn % F)[:, None] * K + rk[None, :]
+        acc = tl.zeros((BM, BN), tl.float32)
+        if GATED:
+            up = tl.zeros((BM, BN), tl.float32)
+        for kk in range(0, tl.cdiv(K, BK)):
+            if K % BK == 0:
+                a = tl.load(xp)
+                b = tl.load(wp)
+            else:
+                a = tl.load(xp, mask=(kk * BK + rk)[None, :] < K, other=0.0)
+                b = tl.load(wp, mask=(kk * BK + rk)[None, :] < K, other=0.0)
+            acc = tl.dot(a, b.T, acc)
+            if GATED:
+                if K % BK == 0:
+                    u = tl.load(wp + F * K)
+                else:
+                    u = tl.load(wp + F * K, mask=(kk * BK + rk)[None, :] < K, other=0.0)
+                up = tl.dot(a, u.T, up)
+            xp += BK
+            wp += BK
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rn, mask=rn < F, other=0.0).to(tl.float32)[None, :]
+            if GATED:
+                up += tl.load(b_ptr + F + rn, mask=rn < F, other=0.0).to(tl.float32)[None, :]
+        acc = _act(acc, ACT)
+        if GATED:
+            acc = acc * up
+        tl.store(y_ptr + rm[:, None] * F + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < F))
+
+    _LINEAR = {"tiles": cuvil_linear, "persistent": cuvil_linear_persistent, "pointers": cuvil_linear_pointers}
     return _LINEAR
 
 
@@ -321,7 +369,7 @@ def _compile(spec: LinearSpec, config: TileConfig, name: str) -> tuple[str, int,
 def grid_of(spec: LinearSpec, config: TileConfig) -> int:
     """Programs launched: one per output tile, or (persistent) at most one per SM."""
     tiles = math.ceil(spec.m / config.bm) * math.ceil(spec.out_features / config.bn)
-    return tiles if config.kind == "tiles" else min(tiles, SMS)
+    return min(tiles, SMS) if config.kind == "persistent" else tiles
 
 
 def rename_entry(ptx: str, old: str, new: str) -> str:

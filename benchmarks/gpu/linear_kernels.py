@@ -52,11 +52,12 @@ CONFIGS = [  # bm, bn, bk, warps, stages
 GATED_CONFIGS = [(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4)]
 # the second sweep: one program per tile against persistent programs (one per SM), on the shapes
 # where the first sweep left the kernel furthest from cuBLAS
-PERSISTENT_SHAPES = {"gemm4096", "gemm4096_bf16", "llama_gateup_t4096", "llama_down_t4096", "llama_qkv_t4096", "llama_gateup_t512", "gpt2_fc_t1024"}
+PERSISTENT_SHAPES = {"gemm4096", "llama_gateup_t4096", "llama_down_t4096", "gemm4096_bf16", "gpt2_fc_t1024", "odd_m_k"}
 PERSISTENT_CONFIGS = [(128, 256, 64, 8, 3, 8, "tiles"), (128, 256, 64, 8, 3, 8, "persistent"), (128, 256, 64, 8, 4, 8, "persistent"),
-                      (128, 128, 64, 8, 4, 8, "persistent"), (128, 128, 64, 4, 4, 8, "persistent"), (128, 256, 64, 8, 3, 16, "persistent")]
+                      (128, 128, 64, 8, 4, 8, "persistent"), (128, 256, 64, 8, 3, 8, "pointers"), (128, 256, 64, 8, 4, 8, "pointers"),
+                      (128, 128, 64, 4, 4, 8, "pointers")]
 PERSISTENT_GATED = [(128, 128, 64, 8, 3, 8, "tiles"), (128, 128, 64, 8, 3, 8, "persistent"), (128, 128, 64, 8, 4, 8, "persistent"),
-                    (128, 64, 64, 4, 4, 8, "persistent")]
+                    (128, 128, 64, 8, 3, 8, "pointers"), (128, 64, 64, 4, 4, 8, "pointers")]
 QUICK = {"gemm4096", "llama_gateup_t4096", "llama_o_t4096", "gpt2_fc_t128", "decode_m1", "odd_m_k"}
 
 
