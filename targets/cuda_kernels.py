@@ -307,6 +307,7 @@ def _kernel():
 
 _LINEAR = None
 SMS = 132  # H100 SXM / H200: the persistent kernel's program count (at most)
+MAX_SHARED_BYTES = 232448  # sm_90's opt-in shared memory per block (227 KiB): IREE refuses to load more
 
 
 def kernel_name(spec: LinearSpec, config: TileConfig) -> str:
@@ -331,6 +332,8 @@ def build_linear(spec: LinearSpec, config: TileConfig | None = None) -> KernelBi
                             meta["threads"], meta["shared"], meta["grid"], meta["scratch"], config, spec,
                             str(cache / "kernel.cubin"), str(cache / "kernel.ptx"))
     ptx, threads, shared, scratch = _compile(spec, config, name)
+    if shared > MAX_SHARED_BYTES:  # the whole module would fail to load ("exceeds the device maximum")
+        raise CompileError(f"{name} needs {shared} B of shared memory; sm_90 allows {MAX_SHARED_BYTES}")
     cubin = _ptxas(ptx)
     grid = grid_of(spec, config)
     cache.mkdir(parents=True, exist_ok=True)

@@ -216,3 +216,14 @@ def test_kernel_functions_compute_what_the_ops_did(tmp_path):
         outs.append(Session(iree.compile_to_vmfb(module, cpu.iree_flags()), cpu.driver).invoke("main", inputs)[0])
     assert fired["lower-cuvil-to-kernels"] == {"linear (widened 16-bit)": 1, "linear": 2}
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@needs_triton
+def test_config_over_the_shared_memory_limit_is_refused():
+    """A kernel needing more than sm_90's 227 KiB would make IREE refuse the whole module at load
+    (measured: 'requires 262176B of shared memory and exceeds the device maximum of 232448B')."""
+    spec = ck.LinearSpec(512, 512, 512, "f16", "none", False)
+    with pytest.raises(CompileError, match="needs 26[0-9]+ B of shared memory; sm_90 allows 232448"):
+        ck.build_linear(spec, ck.TileConfig(128, 256, 64, 8, 4, kind="persistent"))
+    record = ck.materialize("f", {"m": 512, "n": 512, "k": 512, "dtype": "f16", "activation": "none", "has_bias": False})[1]
+    assert record["kernel"]  # the shipped table's choice fits
