@@ -227,3 +227,18 @@ def test_config_over_the_shared_memory_limit_is_refused():
         ck.build_linear(spec, ck.TileConfig(128, 256, 64, 8, 4, kind="persistent"))
     record = ck.materialize("f", {"m": 512, "n": 512, "k": 512, "dtype": "f16", "activation": "none", "has_bias": False})[1]
     assert record["kernel"]  # the shipped table's choice fits
+
+
+def test_inspect_says_which_function_got_which_kernel():
+    from cuvil_mlir.cli import _describe_kernels
+
+    lines = _describe_kernels([
+        {"function": "cuvil_kernel_linear_a", "kernel": "cuvil_linear_a_k", "config": "128x256x64w8s3", "sites": ["h.0.mlp", "h.1.mlp"]},
+        {"function": "cuvil_kernel_linear_b", "kernel": None, "why": "triton is not installed", "sites": [""]},
+    ])
+    assert lines == [
+        "kernels:     1 of 2 kernel functions on the target's kernels",
+        "  cuvil_kernel_linear_a: cuvil_linear_a_k (128x256x64w8s3) <- h.0.mlp, h.1.mlp",
+        "  cuvil_kernel_linear_b: IREE codegen (triton is not installed) <- (top level)",
+    ]
+    assert _describe_kernels([]) == []
