@@ -9,6 +9,8 @@
 Variants of each case (one .vmfb each; VARIANTS below; --variants default|ablation|precision|NAME,...):
   cuvil_h200            cuvil_mlir.compile(target="cuda:h200")            hopper-mode=ptx-jit (sm_89 PTX)
   cuvil_h200_td         cuvil_mlir.compile(target="cuda:h200{hopper-mode=target-description}")  (sm_90 PTX)
+  cuvil_h200_nokern     cuvil_mlir.compile(target="cuda:h200{kernels=off}"): no Hopper kernels (IREE codegen only)
+  cuvil_h200_ktable     the kernels with the tile table $CUVIL_KERNEL_CONFIGS_ALT (a tuning experiment)
   cuvil_sm90_td         the same description without the chip entry
   plain_h200            cuvil_mlir.pipeline.compile_plain_iree (torch-mlir's import, default decompositions)
                         with the flags of cuda:h200: IREE without any Cuvil pass
@@ -19,7 +21,8 @@ Variants of each case (one .vmfb each; VARIANTS below; --variants default|ablati
 Every variant not ending in _f32 is compiled from the fp16 model (``.half()`` on model and float inputs);
 where fp16 fails to compile, from the fp32 model, and case.json says so. Inputs and the PyTorch CPU
 reference outputs (from the fp32 model on the same input values) are saved as .npy beside the modules.
-``pack`` compresses modules to .vmfb.xz (sign-weight models shrink ~10x; run_on_h200.py unpacks them).
+``pack`` compresses modules to .vmfb.xz (sign-weight models shrink ~10x; run_on_h200.py unpacks them);
+the real-size cases (gpt2-12l, llama-2048: tiled weights) go through benchmarks/gpu/dedup.py instead (~600x).
 
 The plain-IREE baseline runs no Cuvil pass (cuvil_mlir.pipeline.compile_plain_iree, as the harness's
 plain-iree configuration).
