@@ -91,6 +91,12 @@ class Target:
         for the profiler's share-of-peak columns; None where the target names no product."""
         return None
 
+    def kernel_builder(self):
+        """What fills the kernel functions lower-cuvil-to-kernels declares, at the hand-off to
+        IREE (targets/iree.py): ``fn(symbol, spec) -> (function text | None, record)``; None
+        for targets without kernels of their own."""
+        return None
+
     def requirements(self) -> dict:
         """What the compiled module needs of the machine beyond its driver, recorded in the
         package and checked before loading (a CPU's instruction set: targets/cpu.py)."""

@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import GpuTarget
+from cuvil_mlir.core.stages import Stage
+
+from .base import DEFAULT_STAGES, GpuTarget
 
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90")
 
@@ -36,6 +38,20 @@ PRODUCTS = {
 IREE_KNOWS = frozenset({"a100", "rtx3090", "rtx4090"})
 
 HOPPER_MODES = ("ptx-jit", "target-description")
+# kernels=auto: the arch's own kernels for the Cuvil ops they cover (sm_90: the Triton linear
+# kernel of targets/cuda_kernels.py, through lower-cuvil-to-kernels); off: IREE's codegen only.
+KERNEL_MODES = ("auto", "off")
+KERNEL_ARCHS = ("sm_90",)
+KERNEL_PASS = "lower-cuvil-to-kernels{arch=sm_90}"
+
+
+def _with_kernels(stages):
+    """The stages with lower-cuvil-to-kernels first in the lowering stage (it claims the
+    cuvil.linear ops the kernels cover; lower-cuvil-to-torch lowers the rest)."""
+    return tuple((name, (KERNEL_PASS, *passes) if name == Stage.LOWERED else passes) for name, passes in stages)
+
+
+KERNEL_STAGES = _with_kernels(DEFAULT_STAGES)
 NEWEST_KNOWN_ARCH = "sm_89"  # what ptx-jit compiles Hopper for
 
 # Hopper (compute capability 9.0) as IREE's #iree_gpu.target, written after IREE's own sm_89
@@ -90,13 +106,14 @@ class CudaTarget(GpuTarget):
     # sm_80 by default: its PTX is JIT-compiled by the driver for every newer GPU.
     arch: str = "sm_80"
     hopper_mode: str = "ptx-jit"
+    kernels: str = "auto"
 
     kind: ClassVar[str] = "cuda"
     driver: ClassVar[str] = "cuda"
     default_arch: ClassVar[str] = "sm_80"
     archs: ClassVar[tuple[str, ...]] = ARCHS
     aliases: ClassVar[dict[str, str]] = PRODUCTS
-    choices: ClassVar[dict[str, tuple[str, ...]]] = {"hopper_mode": HOPPER_MODES}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"hopper_mode": HOPPER_MODES, "kernels": KERNEL_MODES}
     needs: ClassVar[str] = "an NVIDIA GPU (Ampere or newer) and its CUDA driver"
 
     def __post_init__(self):
@@ -106,6 +123,22 @@ class CudaTarget(GpuTarget):
 
     def peak(self) -> dict | None:
         return PEAKS.get(self.product)
+
+    @property
+    def stages(self):
+        return KERNEL_STAGES if self.uses_kernels else DEFAULT_STAGES
+
+    @property
+    def uses_kernels(self) -> bool:
+        return self.kernels == "auto" and self.arch in KERNEL_ARCHS
+
+    def kernel_builder(self):
+        """What fills the kernel functions at the hand-off to IREE (targets/iree.py), or None."""
+        if not self.uses_kernels:
+            return None
+        from . import cuda_kernels
+
+        return cuda_kernels.materialize
 
     def iree_flags(self) -> list[str]:
         # IREE's default is O0; the target's opt level (O3 unless asked) is what makes it fast.

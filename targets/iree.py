@@ -31,11 +31,18 @@ def compiler_version() -> str:
     return version("iree-base-compiler")
 
 
-def compile_to_vmfb(module: ir.Module, flags: list[str], *, input_type: str = "torch") -> bytes:
-    """Compile a lowered module with IREE; a failure says why and how to reproduce it."""
+def compile_to_vmfb(module: ir.Module, flags: list[str], *, input_type: str = "torch", kernels=None,
+                    report: list | None = None) -> bytes:
+    """Compile a lowered module with IREE; a failure says why and how to reproduce it.
+
+    ``kernels`` (a target's, e.g. targets/cuda_kernels.materialize) fills the kernel functions
+    lower-cuvil-to-kernels declared, in IREE's context (materialize_kernels); what it chose per
+    function is appended to ``report``."""
     from iree.compiler import CompilerToolError, compile_str
 
     data = serialize(module)
+    if kernels is not None:
+        data = materialize_kernels(data, kernels, report if report is not None else [])
     try:
         return compile_str(data, input_type=input_type, extra_args=list(flags))
     except CompilerToolError as e:
@@ -44,6 +51,72 @@ def compile_to_vmfb(module: ir.Module, flags: list[str], *, input_type: str = "t
         # quoted: a flag may carry an attribute (a #hal.device.target with spaces, quotes, <>, |)
         cmd = shlex.join(["iree-compile", path, f"--iree-input-type={input_type}", *flags, "-o", "out.vmfb"])
         raise CompileError(f"IREE failed to compile the module: {first}", repro=cmd) from e
+
+
+KERNEL_ATTR = "cuvil.kernel"
+SPEC_ATTR = "cuvil.kernel_spec"
+SITES_ATTR = "cuvil.kernel_sites"
+
+
+def materialize_kernels(data: bytes, kernels, report: list) -> bytes:
+    """The module (bytecode or text) with the body of each function marked ``cuvil.kernel``
+    replaced by what ``kernels(symbol, spec) -> (function text | None, record)`` gives: a
+    ``hal.dispatch.extern`` of a prebuilt kernel. This happens in IREE's own context because
+    torch-mlir's has no HAL dialect. A function ``kernels`` leaves (None) keeps its body, the
+    torch lowering of the op, which IREE compiles with its own codegen."""
+    from iree.compiler import ir as iree_ir
+
+    with iree_ir.Context(), iree_ir.Location.unknown():
+        module = iree_ir.Module.parse(data)
+        replaced = 0
+        for op in list(module.body.operations):
+            if op.operation.name != "func.func" or KERNEL_ATTR not in op.attributes:
+                continue
+            symbol = iree_ir.StringAttr(op.attributes["sym_name"]).value
+            spec = _read_spec(iree_ir, op.attributes[SPEC_ATTR])
+            text, record = kernels(symbol, spec)
+            if SITES_ATTR in op.attributes:  # where the ops it computes came from (nn.Module paths)
+                record["sites"] = [iree_ir.StringAttr(a).value for a in iree_ir.ArrayAttr(op.attributes[SITES_ATTR])]
+            report.append(record)
+            if text is None:
+                continue
+            try:
+                fresh = iree_ir.Module.parse(text)
+            except iree_ir.MLIRError as e:
+                raise CompileError(f"the kernel function for {symbol} does not parse in IREE's context: {e}") from e
+            new = fresh.body.operations[0]
+            new.move_before(op)
+            op.erase()
+            replaced += 1
+        if not replaced:
+            return data
+        return _bytecode_or_text(module)
+
+
+def _read_spec(iree_ir, attr) -> dict:
+    d = iree_ir.DictAttr(attr)
+    out = {}
+    for i in range(len(d)):
+        named = d[i]
+        value = named.attr
+        if isinstance(value, iree_ir.BoolAttr) or str(value) in ("true", "false"):
+            out[named.name] = str(value) == "true"
+        elif isinstance(value, iree_ir.IntegerAttr) or str(value).endswith(": i64"):
+            out[named.name] = iree_ir.IntegerAttr(value).value
+        else:
+            out[named.name] = iree_ir.StringAttr(value).value
+    return out
+
+
+def _bytecode_or_text(module) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    try:
+        module.operation.write_bytecode(buf)
+        return buf.getvalue()
+    except Exception:
+        return module.operation.get_asm(print_generic_op_form=True, binary=True)
 
 
 def _save_input(data: bytes) -> str:

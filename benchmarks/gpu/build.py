@@ -9,6 +9,8 @@
 Variants of each case (one .vmfb each; VARIANTS below; --variants default|ablation|precision|NAME,...):
   cuvil_h200            cuvil_mlir.compile(target="cuda:h200")            hopper-mode=ptx-jit (sm_89 PTX)
   cuvil_h200_td         cuvil_mlir.compile(target="cuda:h200{hopper-mode=target-description}")  (sm_90 PTX)
+  cuvil_h200_nokern     cuvil_mlir.compile(target="cuda:h200{kernels=off}"): no Hopper kernels (IREE codegen only)
+  cuvil_h200_ktable     the kernels with the tile table $CUVIL_KERNEL_CONFIGS_ALT (a tuning experiment)
   cuvil_sm90_td         the same description without the chip entry
   plain_h200            cuvil_mlir.compiler.pipeline.compile_plain_iree (torch-mlir's import, default decompositions)
                         with the flags of cuda:h200: IREE without any Cuvil pass
@@ -19,7 +21,8 @@ Variants of each case (one .vmfb each; VARIANTS below; --variants default|ablati
 Every variant not ending in _f32 is compiled from the fp16 model (``.half()`` on model and float inputs);
 where fp16 fails to compile, from the fp32 model, and case.json says so. Inputs and the PyTorch CPU
 reference outputs (from the fp32 model on the same input values) are saved as .npy beside the modules.
-``pack`` compresses modules to .vmfb.xz (sign-weight models shrink ~10x; run_on_h200.py unpacks them).
+``pack`` compresses modules to .vmfb.xz (sign-weight models shrink ~10x; run_on_h200.py unpacks them);
+the real-size cases (gpt2-12l, llama-2048: tiled weights) go through benchmarks/gpu/dedup.py instead (~600x).
 
 The plain-IREE baseline runs no Cuvil pass (cuvil_mlir.compiler.pipeline.compile_plain_iree, as the harness's
 plain-iree configuration).
@@ -74,6 +77,11 @@ MODELS = {
     "abl-gpt2-t2048": ("gpt2", {"layers": 1, "d_model": 768, "heads": 12, "seq": 2048, "attn": "eager", "weights": "sign"}),
     "abl-llama-t512": ("llama_ffn", {"layers": 1, "d_model": 768, "heads": 12, "kv_heads": 4, "ffn": 2048, "seq": 512, "weights": "sign"}),
     "abl-llama-t2048": ("llama_ffn", {"layers": 1, "d_model": 768, "heads": 12, "kv_heads": 4, "ffn": 2048, "seq": 2048, "weights": "sign"}),
+    # real model sizes (issues 14, 15): HF GPT-2 12 layers at T=128, HF Llama d=2048 (32/8 heads,
+    # FFN 8192) 2 layers at T=512; tiled sign weights (gpu_models.tiled_sign_weights) to fit the trip
+    "gpt2-12l": ("gpt2", {"layers": 12, "d_model": 768, "heads": 12, "seq": 128, "weights": "tiled"}),
+    "llama-2048": ("llama_ffn", {"layers": 2, "d_model": 2048, "heads": 32, "kv_heads": 8, "ffn": 8192, "seq": 512,
+                                 "attn": "sdpa", "weights": "tiled"}),
     # precision (issue 5 item 4): normal random weights, so quantization error means something
     "prec-block256": ("gpt_block", {"seq": 128, "d_model": 256, "heads": 4}),
 }
@@ -83,6 +91,10 @@ BATCHES = (1, 8)
 VARIANTS = {
     "cuvil_h200": ("cuvil", "cuda:h200"),
     "cuvil_h200_td": ("cuvil", "cuda:h200{hopper-mode=target-description}"),
+    # the Hopper kernels (issue 15) off: IREE's codegen for every cuvil.linear (today's path before them)
+    "cuvil_h200_nokern": ("cuvil", "cuda:h200{kernels=off}"),
+    # the kernels with another tile table (CUVIL_KERNEL_CONFIGS; a tuning experiment)
+    "cuvil_h200_ktable": ("cuvil", "cuda:h200", {"kernel_configs": os.environ.get("CUVIL_KERNEL_CONFIGS_ALT", "")}),
     # the same description without the chip entry (a bare sm_90 gets none): IREE's heuristics then
     # do not know the SM count; with it, a LayerNorm dispatch of gpt2s-b8 "failed to distribute"
     "cuvil_sm90_td": ("cuvil", "cuda:sm_90{hopper-mode=target-description}"),
@@ -253,12 +265,27 @@ def compile_cuvil(model, args, spec: str, **options):
     import cuvil_mlir
     from cuvil_mlir.compiler.precision import parse_policy
 
+    table = options.pop("kernel_configs", None)
+    if table:  # the tile table the kernels are built with (targets/cuda_kernels.py reads it)
+        os.environ["CUVIL_KERNEL_CONFIGS"] = table
+    try:
+        return _compile_cuvil(model, args, spec, **options)
+    finally:
+        os.environ.pop("CUVIL_KERNEL_CONFIGS", None)
+
+
+def _compile_cuvil(model, args, spec: str, **options):
+    import cuvil_mlir
+    from cuvil_mlir.precision import parse_policy
+
     if parse_policy(options.get("precision")).name == "int8":
         options["calibration"] = cuvil_mlir.calibrate(model, calibration_samples(args), target=spec)
     cm = cuvil_mlir.compile(model, args, target=spec, **options)
     m = cm.modules[0]
     return m.vmfb, {"iree_flags": list(m.iree_flags), "passes": list(m.passes),
-                    "compile_breakdown_s": cm.metadata["compile_seconds"], "patterns_fired": cm.patterns_fired}
+                    "compile_breakdown_s": cm.metadata["compile_seconds"], "patterns_fired": cm.patterns_fired,
+                    "kernels": [{k: v for k, v in r.items() if k in ("function", "kernel", "config", "why", "sites")}
+                                for r in cm.metadata.get("kernels", [])]}
 
 
 def compile_plain(model, args, spec: str):
@@ -407,7 +434,9 @@ def pack(out: Path, budget_mib: float, runs_spec: str = "") -> list[Path]:
                 if f.suffix == ".vmfb":  # xz: sign-weight modules shrink ~10x; run_on_h200.py unpacks them
                     xz = f.with_name(f.name + ".xz")
                     if not xz.exists() or xz.stat().st_mtime < f.stat().st_mtime:
-                        xz.write_bytes(lzma.compress(f.read_bytes(), preset=0))
+                        # fast mode with an 8 MiB window: tiled weights repeat within it
+                        filters = [{"id": lzma.FILTER_LZMA2, "preset": 0, "dict_size": 8 << 20}]
+                        xz.write_bytes(lzma.compress(f.read_bytes(), format=lzma.FORMAT_XZ, filters=filters))
                     os.link(xz, dst / xz.name)
                 else:
                     os.link(f, dst / f.name)

@@ -60,6 +60,22 @@ def sign_weights(model) -> None:
             p.copy_(torch.where(p >= 0, std, -std).to(p.dtype))
 
 
+@torch.no_grad()
+def tiled_sign_weights(model, period: int = 64) -> None:
+    """sign_weights from one random ``period`` x ``period`` block tiled over each matrix (rank <=
+    ``period``): the same timing, numerics still checkable against torch (same weights there), and
+    a module that xz shrinks >100x whatever layout IREE stores the weights in (real-size models,
+    e.g. Llama d=2048, otherwise do not fit the device tool's 64 MiB)."""
+    for p in model.parameters():
+        if p.is_floating_point() and p.dim() >= 2:
+            std = float(p.float().std())
+            block = p.reshape(p.shape[0], -1)[:period, :period]
+            block = torch.where(block >= 0, std, -std).to(p.dtype)
+            rows, cols = p.shape[0], p[0].numel()
+            tiled = block.repeat(-(-rows // block.shape[0]), -(-cols // block.shape[1]))[:rows, :cols]
+            p.copy_(tiled.reshape(p.shape))
+
+
 def build(builder: str, kwargs: dict):
     """(model in eval mode, example inputs) from this file's builders or examples/models.py."""
     kwargs = dict(kwargs)
@@ -68,4 +84,6 @@ def build(builder: str, kwargs: dict):
     model, args = fn(**kwargs)
     if weights == "sign":
         sign_weights(model)
+    elif weights == "tiled":
+        tiled_sign_weights(model)
     return model, args

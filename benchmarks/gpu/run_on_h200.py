@@ -391,18 +391,28 @@ def time_torch(call) -> dict:
 
 
 def _unxz(path: str) -> None:
+    import bz2
     import lzma
 
     src = Path(path)
-    src.with_suffix("").write_bytes(lzma.decompress(src.read_bytes()))
+    if src.name.endswith(".dd.xz"):  # dedup.py (tiled weights)
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import dedup
+
+        src.with_name(src.name[: -len(".dd.xz")]).write_bytes(dedup.unpack(src.read_bytes()))
+        return
+    unpack_one = bz2.decompress if src.suffix == ".bz2" else lzma.decompress
+    src.with_suffix("").write_bytes(unpack_one(src.read_bytes()))
 
 
 def unpack(runs: list[Path]) -> float:
-    """The modules travel as .vmfb.xz (build.py pack): decompress them beside themselves, in parallel."""
+    """The modules travel as .vmfb.xz (build.py pack), .vmfb.bz2, or .vmfb.dd.xz (dedup.py: tiled
+    weights, ~600x): decompress them beside themselves, in parallel."""
     from concurrent.futures import ProcessPoolExecutor
 
     t0 = time.perf_counter()
-    files = [str(f) for r in runs for f in r.glob("*/*.vmfb.xz") if not f.with_suffix("").exists()]
+    files = [str(f) for r in runs for ext in ("xz", "bz2", "dd.xz") for f in r.glob(f"*/*.vmfb.{ext}")
+             if not Path(str(f).split(".vmfb.")[0] + ".vmfb").exists()]
     with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
         list(pool.map(_unxz, files))
     return round(time.perf_counter() - t0, 2)

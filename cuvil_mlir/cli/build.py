@@ -170,6 +170,8 @@ def _inspect(args, parser) -> int:
     print(f"patterns:    {_describe_fired(meta.get('patterns_fired', {}))}{first}")
     for line in _describe_sites(meta.get("pattern_sites", {})):
         print(f"  {line}")
+    for line in _describe_kernels(meta.get("kernels", [])):
+        print(line)
     seconds = meta.get("compile_seconds", {})
     if seconds:
         print(f"seconds:     {sum(seconds.values()):.2f} ({', '.join(f'{k} {v:.2f}' for k, v in seconds.items())})")
@@ -221,3 +223,15 @@ def _size(n: int) -> str:
     if n < 1024 * 1024:
         return f"{n / 1024:.1f} KiB"
     return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def _describe_kernels(kernels: list[dict]) -> list[str]:
+    """The target's own kernels (lower-cuvil-to-kernels): which function got which kernel, where from."""
+    if not kernels:
+        return []
+    lines = [f"kernels:     {sum(1 for k in kernels if k.get('kernel'))} of {len(kernels)} kernel functions on the target's kernels"]
+    for k in kernels:
+        sites = ", ".join(s or "(top level)" for s in k.get("sites", []))
+        what = f"{k['kernel']} ({k.get('config')})" if k.get("kernel") else f"IREE codegen ({k.get('why')})"
+        lines.append(f"  {k['function']}: {what}" + (f" <- {sites}" if sites else ""))
+    return lines

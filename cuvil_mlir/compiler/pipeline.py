@@ -132,6 +132,7 @@ def _metadata(signature, built: list["_Built"], options: Options, import_seconds
         "precision": precision.parse_policy(options.precision).spec,
         "patterns_fired": first.fired,
         "pattern_sites": first.sites,
+        "kernels": first.kernels,
         "compile_seconds": {IMPORT_STAGE: round(import_seconds, 4), **first.seconds},
         "versions": versions(("cuvil-mlir", "torch-mlir", "iree-base-compiler", "iree-base-runtime", "torch")),
         **({"dispatches": {b.module.target: b.dispatches for b in built}} if all(b.dispatches is not None for b in built) else {}),
@@ -146,6 +147,7 @@ class _Built:
     sites: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # pass -> pattern -> module path -> n
     signature: object = None  # read after the stages (a precision policy may narrow the I/O); None: the import's
     dispatches: list | None = None  # targets/iree.py dispatch_sites, when Options.record_dispatches
+    kernels: list = field(default_factory=list)  # targets' own kernels: one record per kernel function
 
 
 def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, elide_weights):
@@ -173,8 +175,9 @@ def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, el
         # the precision policy's: quantized weights must not be expanded at compile time)
         start = time.perf_counter()
         flags = [*target.iree_flags(), *precision.iree_flags(options.precision)]
+        kernels: list[dict] = []  # which kernel function got which kernel (or why none)
         try:
-            vmfb = iree.compile_to_vmfb(module, flags)
+            vmfb = iree.compile_to_vmfb(module, flags, kernels=target.kernel_builder(), report=kernels)
         except CompileError as e:
             failures.append((stages, e))
             continue
@@ -184,7 +187,7 @@ def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, el
         fired_json = {name: dict(c) for name, c in fired.items() if c}
         sites = {name: {p: dict(where) for p, where in getattr(c, "sites", {}).items()} for name, c in fired.items() if c}
         module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements())
-        return _Built(module, fired_json, seconds, sites, signature, dispatches)
+        return _Built(module, fired_json, seconds, sites, signature, dispatches, kernels)
     raise _all_failed(target, failures)
 
 

@@ -175,7 +175,7 @@ def test_describe_targets():
         assert d["driver"] == KINDS[kind].driver and d["needs"] and d["archs"]
         assert d["default"] in d["archs"]
         assert set(d["aliases"].values()) <= set(d["archs"])
-    assert described["cuda"]["options"] == {"hopper-mode": ["ptx-jit", "target-description"]}
+    assert described["cuda"]["options"] == {"hopper-mode": ["ptx-jit", "target-description"], "kernels": ["auto", "off"]}
     assert described["cuda"]["aliases"]["h200"] == "sm_90" and described["rocm"]["aliases"]["mi300x"] == "gfx942"
     assert described["cpu"]["options"] == {"stack-allocation-limit": [262144]}
 

@@ -1,0 +1,236 @@
+"""Pass ``lower-cuvil-to-kernels``: hand ``cuvil.linear`` ops to a target's own kernels.
+
+Each ``cuvil.linear`` the kernel contract covers becomes a call of a private function, one
+per distinct linear (shape, dtype, epilogue), that says which computation it is::
+
+    %y = "cuvil.linear"(%x, %w, %b) {activation = "gelu_tanh"} : ([8,128,768], [3072,768], [3072]) -> [8,128,3072]
+        ->
+    %x2 = torch.aten.view %x, [1024, 768]
+    %y2 = func.call @cuvil_kernel_linear_1024x3072x768_f16_gelu_tanh_bias(%x2, %w, %b)
+    %y  = torch.aten.view %y2, [8, 128, 3072]
+
+    func.func private @cuvil_kernel_linear_...(%x, %w, %b) -> !torch.vtensor<[1024,3072],f16>
+        attributes {cuvil.kernel = "linear", cuvil.kernel_spec = {m = 1024, n = 3072, k = 768, ...}} {
+      %y = "cuvil.linear"(%x, %w, %b) {activation = "gelu_tanh"} ...   // IREE's codegen, if nothing else
+      return %y
+    }
+
+The function's body is the op itself, on the flattened [M, K] input, so ``lower-cuvil-to-torch``
+lowers it like any other: a module that goes no further is still complete and correct. The
+target replaces the body at the hand-off (targets/iree.py, in IREE's context, where the HAL
+dialect exists) by a ``hal.dispatch.extern`` of its kernel, or keeps it (IREE's codegen) where
+it has no kernel for that linear; the package metadata says which (``kernels``).
+
+The contract (what a kernel for sm_90 handles; anything else stays with IREE and is counted as
+``kept: <why>``): static shapes; input and weight (and bias) f16 or bf16 of one dtype; K and
+the out features multiples of 8 (TMA needs 16-byte row strides); any activation of
+cuvil.linear, gated ones included; leading input dims of any rank, flattened into M.
+Test: tests/lowering/lower-cuvil-to-kernels.mlir.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from cuvil_mlir.core.diagnostics import module_path
+from cuvil_mlir.core.ir import ir
+from cuvil_mlir.core.passes import FunctionPass
+from cuvil_mlir.core.patterns import Firings, build, defining_op, has_one_use, info, torch_int_list, vtensor_type
+from cuvil_mlir.dialects import cuvil
+from cuvil_mlir.lowering.common import CASTS, convert
+
+NAME = "lower-cuvil-to-kernels"
+KERNEL_ATTR = "cuvil.kernel"  # on the private function: which op it computes ("linear")
+SPEC_ATTR = "cuvil.kernel_spec"  # its shape, dtype and epilogue
+SITES_ATTR = "cuvil.kernel_sites"  # the nn.Module paths of the ops it computes (for the metadata)
+KERNEL_DTYPES = ("f16", "bf16")
+_LAYOUT = ("torch.aten.permute", "torch.aten.transpose.int", "torch.aten.t")
+ALIGN_ELEMENTS = 8  # 16-byte rows of 16-bit elements
+
+
+def why_not(op, half: str | None = None) -> str | None:
+    """None when a kernel for sm_90 covers this cuvil.linear, else why not (in words). ``half``:
+    the 16-bit dtype of the widened form (``narrowed``), whose bias may be f32."""
+    x, w, y = info(op.input), info(op.weight), info(op.result)
+    if any(d < 0 for t in (x, w, y) for d in t.shape):
+        return "dynamic shape"
+    if half is None and x.dtype not in KERNEL_DTYPES:
+        return f"dtype {x.dtype}"
+    dtype = half or x.dtype
+    if op.bias is not None and info(op.bias).dtype not in ((dtype, "f32") if half else (dtype,)):
+        return f"bias dtype {info(op.bias).dtype} differs from {dtype}"
+    if half is None and y.dtype != x.dtype:
+        return f"result dtype {y.dtype} differs from {x.dtype}"
+    k, out = x.shape[-1], y.shape[-1]
+    if k % ALIGN_ELEMENTS:
+        return f"K={k} not a multiple of {ALIGN_ELEMENTS}"
+    if out % ALIGN_ELEMENTS:
+        return f"out features {out} not a multiple of {ALIGN_ELEMENTS}"
+    if math.prod(x.shape[:-1]) == 0 or k == 0:
+        return "empty tensor"
+    return None
+
+
+def _cast_source(value):
+    """x when ``value`` is a cast of a 16-bit x to f32, else None."""
+    cast = defining_op(value, CASTS)
+    if cast is None or info(value).dtype != "f32" or info(cast.operands[0]).dtype not in KERNEL_DTYPES:
+        return None
+    return cast.operands[0]
+
+
+def narrowed(op):
+    """(16-bit dtype, 16-bit input, the truncating cast) for the form torch.export gives a 16-bit
+    ``addmm`` (HF GPT-2's Conv1D): an f32 cuvil.linear of upcast 16-bit x and W (through a
+    transpose) whose one use casts the result back to 16 bits. The kernel computes exactly that:
+    16-bit products, fp32 accumulation, bias and activation, one rounding at the end."""
+    if info(op.result).dtype != "f32" or not has_one_use(op.result):
+        return None
+    user = next(iter(op.result.uses)).owner
+    if user.name not in CASTS or info(user.results[0]).dtype not in KERNEL_DTYPES:
+        return None
+    half = info(user.results[0]).dtype
+    x = _cast_source(op.input)
+    w = op.weight
+    while (layout := defining_op(w, _LAYOUT)) is not None:
+        w = layout.operands[0]
+    w = _cast_source(w)
+    if x is None or w is None or info(x).dtype != half or info(w).dtype != half:
+        return None
+    return half, x, user
+
+
+def spec_of(op, half: str | None = None) -> dict:
+    x, w = info(op.input), info(op.weight)
+    dtype = half or x.dtype
+    return {"m": math.prod(x.shape[:-1]), "n": w.shape[0], "k": x.shape[-1], "dtype": dtype,
+            "activation": cuvil.activation_of(op), "has_bias": op.bias is not None,
+            "bias_dtype": info(op.bias).dtype if op.bias is not None else "", "widened": half is not None}
+
+
+def symbol_of(spec: dict) -> str:
+    bias = "" if not spec["has_bias"] else "_bias" if spec["bias_dtype"] == spec["dtype"] else f"_bias_{spec['bias_dtype']}"
+    return f"cuvil_kernel_linear_{spec['m']}x{spec['n']}x{spec['k']}_{spec['dtype']}_{spec['activation']}{bias}"
+
+
+def _spec_attr(spec: dict) -> ir.Attribute:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.DictAttr.get({
+        "m": ir.IntegerAttr.get(i64, spec["m"]), "n": ir.IntegerAttr.get(i64, spec["n"]), "k": ir.IntegerAttr.get(i64, spec["k"]),
+        "dtype": ir.StringAttr.get(spec["dtype"]), "activation": ir.StringAttr.get(spec["activation"]),
+        "has_bias": ir.BoolAttr.get(spec["has_bias"]), "bias_dtype": ir.StringAttr.get(spec["bias_dtype"]),
+    })
+
+
+def read_spec(attr) -> dict:
+    """The spec dict back from a ``cuvil.kernel_spec`` attribute."""
+    d = ir.DictAttr(attr)
+    return {"m": ir.IntegerAttr(d["m"]).value, "n": ir.IntegerAttr(d["n"]).value, "k": ir.IntegerAttr(d["k"]).value,
+            "dtype": ir.StringAttr(d["dtype"]).value, "activation": ir.StringAttr(d["activation"]).value,
+            "has_bias": ir.BoolAttr(d["has_bias"]).value, "bias_dtype": ir.StringAttr(d["bias_dtype"]).value}
+
+
+def _declare(module: ir.Module, op, spec: dict, symbol: str) -> None:
+    """The private function computing one linear on [M, K] (its body: the cuvil.linear; for the
+    widened form the casts around it too, so the body computes what the program did)."""
+    y, dtype = info(op.result), spec["dtype"]
+    flat_x = vtensor_type([spec["m"], spec["k"]], dtype)
+    flat_y = vtensor_type([spec["m"], y.shape[-1]], dtype)
+    weight = vtensor_type(info(op.weight).shape, dtype)
+    inputs = [flat_x, weight] + ([op.bias.type] if op.bias is not None else [])
+    with ir.InsertionPoint(module.body), op.location:
+        func = ir.Operation.create(
+            "func.func", regions=1,
+            attributes={"sym_name": ir.StringAttr.get(symbol), "sym_visibility": ir.StringAttr.get("private"),
+                        "function_type": ir.TypeAttr.get(ir.FunctionType.get(inputs, [flat_y])),
+                        KERNEL_ATTR: ir.StringAttr.get("linear"), SPEC_ATTR: _spec_attr(spec)})
+        block = func.regions[0].blocks.append(*inputs)
+        with ir.InsertionPoint(block):
+            args = list(block.arguments)
+            x, w = args[0], args[1]
+            if spec["widened"]:
+                x, w = convert(x, "f32"), convert(w, "f32")
+            wide_y = vtensor_type([spec["m"], y.shape[-1]], "f32") if spec["widened"] else flat_y
+            result = cuvil.linear(wide_y, x, w, args[2] if len(args) > 2 else None, activation=spec["activation"])
+            value = result.result if isinstance(result, ir.OpView) else result
+            if spec["widened"]:
+                value = convert(value, dtype)
+            ir.Operation.create("func.return", operands=[value])
+    return func
+
+
+def _is_kernel_function(op) -> bool:
+    return op.operation.name == "func.func" and KERNEL_ATTR in op.attributes
+
+
+@dataclass(frozen=True)
+class LowerCuvilToKernelsOptions:
+    """``arch``: the GPU architecture whose kernels the target has (what the shape contract is for)."""
+
+    arch: Literal["sm_90"] = "sm_90"
+
+
+def run(module: ir.Module, options: LowerCuvilToKernelsOptions) -> Firings:
+    with module.context:
+        return _run(module)
+
+
+def _run(module: ir.Module) -> Firings:
+    fired = Firings()
+    linears = []
+    for func in module.body.operations:
+        if func.operation.name != "func.func" or _is_kernel_function(func):
+            continue
+
+        def visit(op):
+            if op.name == "cuvil.linear":
+                linears.append(op.opview)
+            return ir.WalkResult.ADVANCE
+
+        func.operation.walk(visit)
+    functions = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in module.body.operations if _is_kernel_function(op)}
+    sites: dict[str, list[str]] = {}
+    for op in linears:
+        wide = narrowed(op)
+        reason = why_not(op, wide[0] if wide else None)
+        if reason is not None:
+            fired.record(f"kept: {reason}", op.location)
+            continue
+        half, x_value, trunc = wide if wide is not None else (None, op.input, None)
+        spec = spec_of(op, half)
+        symbol = symbol_of(spec)
+        if symbol not in functions:
+            functions[symbol] = _declare(module, op, spec, symbol)
+        sites.setdefault(symbol, []).append(module_path(op.location))
+        x, y = info(x_value), info(op.result)
+        with ir.InsertionPoint(op.operation), op.location:
+            flat_x = x_value
+            if x.rank != 2:
+                flat_x = build("torch.aten.view", [x_value, torch_int_list([spec["m"], spec["k"]])], vtensor_type([spec["m"], spec["k"]], x.dtype))
+            # widened: W back to 16 bits (it is the upcast of a 16-bit W: IREE folds the pair away)
+            weight = convert(op.weight, half) if wide is not None else op.weight
+            operands = [flat_x, weight] + ([op.bias] if op.bias is not None else [])
+            flat_type = vtensor_type([spec["m"], y.shape[-1]], spec["dtype"])
+            call = ir.Operation.create("func.call", results=[flat_type], operands=operands,
+                                       attributes={"callee": ir.FlatSymbolRefAttr.get(symbol)})
+            out = call.result
+            if y.rank != 2:
+                out = build("torch.aten.view", [out, torch_int_list(list(y.shape))], vtensor_type(y.shape, spec["dtype"]))
+        loc = op.location
+        if trunc is not None:  # the cast back to 16 bits is the call now
+            trunc.results[0].replace_all_uses_with(out)
+            trunc.erase()
+        else:
+            op.result.replace_all_uses_with(out)
+        op.operation.erase()
+        fired.record("linear" if wide is None else "linear (widened 16-bit)", loc)
+    for symbol, paths in sites.items():
+        func = functions[symbol]
+        old = [ir.StringAttr(a).value for a in ir.ArrayAttr(func.attributes[SITES_ATTR])] if SITES_ATTR in func.attributes else []
+        func.attributes[SITES_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(p) for p in old + paths])
+    return fired
+
+
+PASS = FunctionPass(NAME, run, "cuvil.linear -> calls of per-shape kernel functions a target fills", LowerCuvilToKernelsOptions())

@@ -1,0 +1,124 @@
+// RUN: cuvil-opt %s -p lower-cuvil-to-kernels --split-input-file | FileCheck %s
+// After lower-cuvil-to-torch the kernel functions hold the torch lowering (IREE's codegen, the
+// fallback a target keeps where it has no kernel); no cuvil op is left anywhere:
+// RUN: cuvil-opt %s -p lower-cuvil-to-kernels,lower-cuvil-to-torch,verify-no-cuvil --split-input-file | FileCheck %s --check-prefix=LOWERED
+
+// A batched linear with bias and epilogue: the input is flattened to [M, K], the call computes
+// [M, N], the result is viewed back. Two linears of the same spec share one function.
+// CHECK-LABEL: func.func @mlp
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,64,768],f16>, %[[W1:[a-z0-9]+]]: !torch.vtensor<[3072,768],f16>, %[[B1:[a-z0-9]+]]: !torch.vtensor<[3072],f16>, %[[W2:[a-z0-9]+]]: !torch.vtensor<[3072,768],f16>
+// CHECK:         %[[XF:[0-9]+]] = torch.aten.view %[[X]], %{{.+}} : !torch.vtensor<[2,64,768],f16>, !torch.list<int> -> !torch.vtensor<[128,768],f16>
+// CHECK:         %[[YF:[0-9]+]] = call @cuvil_kernel_linear_128x3072x768_f16_gelu_tanh_bias(%[[XF]], %[[W1]], %[[B1]]) : (!torch.vtensor<[128,768],f16>, !torch.vtensor<[3072,768],f16>, !torch.vtensor<[3072],f16>) -> !torch.vtensor<[128,3072],f16>
+// CHECK:         %[[Y:[0-9]+]] = torch.aten.view %[[YF]], %{{.+}} : !torch.vtensor<[128,3072],f16>, !torch.list<int> -> !torch.vtensor<[2,64,3072],f16>
+// CHECK:         call @cuvil_kernel_linear_128x3072x768_f16_gelu_tanh_bias(%{{.+}}, %[[W2]], %[[B1]])
+// CHECK-NOT:     cuvil.linear
+// CHECK:       func.func private @cuvil_kernel_linear_128x3072x768_f16_gelu_tanh_bias(%{{.+}}: !torch.vtensor<[128,768],f16>, %{{.+}}: !torch.vtensor<[3072,768],f16>, %{{.+}}: !torch.vtensor<[3072],f16>) -> !torch.vtensor<[128,3072],f16>
+// CHECK-SAME:    cuvil.kernel = "linear"
+// CHECK-SAME:    cuvil.kernel_sites = ["", ""]
+// CHECK-SAME:    cuvil.kernel_spec = {activation = "gelu_tanh", bias_dtype = "f16", dtype = "f16", has_bias = true, k = 768 : i64, m = 128 : i64, n = 3072 : i64}
+// CHECK:         "cuvil.linear"(%arg0, %arg1, %arg2) {activation = "gelu_tanh"
+// CHECK-NOT:   func.func private
+// LOWERED-LABEL: func.func @mlp
+// LOWERED:       func.func private @cuvil_kernel_linear_128x3072x768_f16_gelu_tanh_bias
+// LOWERED:         torch.aten.linear
+// LOWERED:         torch.aten.gelu
+// LOWERED-NOT:   cuvil.linear
+func.func @mlp(%x: !torch.vtensor<[2,64,768],f16>, %w1: !torch.vtensor<[3072,768],f16>, %b1: !torch.vtensor<[3072],f16>, %w2: !torch.vtensor<[3072,768],f16>) -> (!torch.vtensor<[2,64,3072],f16>, !torch.vtensor<[2,64,3072],f16>) {
+  %0 = "cuvil.linear"(%x, %w1, %b1) {activation = "gelu_tanh", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,64,768],f16>, !torch.vtensor<[3072,768],f16>, !torch.vtensor<[3072],f16>) -> !torch.vtensor<[2,64,3072],f16>
+  %1 = "cuvil.linear"(%x, %w2, %b1) {activation = "gelu_tanh", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,64,768],f16>, !torch.vtensor<[3072,768],f16>, !torch.vtensor<[3072],f16>) -> !torch.vtensor<[2,64,3072],f16>
+  return %0, %1 : !torch.vtensor<[2,64,3072],f16>, !torch.vtensor<[2,64,3072],f16>
+}
+
+// -----
+
+// Rank 2 needs no view; a gated linear computes [M, F] from W [2F, K]; bf16 is covered.
+// CHECK-LABEL: func.func @gated_rank2
+// CHECK-NOT:     torch.aten.view
+// CHECK:         %[[Y:[0-9]+]] = call @cuvil_kernel_linear_16x2752x512_bf16_swiglu(%arg0, %arg1) : (!torch.vtensor<[16,512],bf16>, !torch.vtensor<[2752,512],bf16>) -> !torch.vtensor<[16,1376],bf16>
+// CHECK-NEXT:    return %[[Y]]
+// CHECK:       func.func private @cuvil_kernel_linear_16x2752x512_bf16_swiglu
+// CHECK-SAME:    has_bias = false
+func.func @gated_rank2(%x: !torch.vtensor<[16,512],bf16>, %w: !torch.vtensor<[2752,512],bf16>) -> !torch.vtensor<[16,1376],bf16> {
+  %0 = "cuvil.linear"(%x, %w) {activation = "swiglu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[16,512],bf16>, !torch.vtensor<[2752,512],bf16>) -> !torch.vtensor<[16,1376],bf16>
+  return %0 : !torch.vtensor<[16,1376],bf16>
+}
+
+// -----
+
+// A single-token (rank 1) input is M = 1.
+// CHECK-LABEL: func.func @decode_rank1
+// CHECK:         torch.aten.view %arg0, %{{.+}} -> !torch.vtensor<[1,2048],f16>
+// CHECK:         call @cuvil_kernel_linear_1x1024x2048_f16_silu
+// CHECK:         torch.aten.view %{{.+}} -> !torch.vtensor<[1024],f16>
+func.func @decode_rank1(%x: !torch.vtensor<[2048],f16>, %w: !torch.vtensor<[1024,2048],f16>) -> !torch.vtensor<[1024],f16> {
+  %0 = "cuvil.linear"(%x, %w) {activation = "silu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2048],f16>, !torch.vtensor<[1024,2048],f16>) -> !torch.vtensor<[1024],f16>
+  return %0 : !torch.vtensor<[1024],f16>
+}
+
+// -----
+
+// The widened form torch.export gives a 16-bit addmm (HF GPT-2's Conv1D): an f32 linear of upcast
+// f16 x and W (through a permute) whose one use casts back to f16. The kernel computes exactly
+// that (f16 products, fp32 accumulation and bias): the call takes the f16 x, W cast back (IREE
+// folds the pair), the f32 bias, and replaces the truncation. The function's body is the
+// original computation, casts included.
+// CHECK-LABEL: func.func @widened_addmm
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[16,64],f16>
+// CHECK:         %[[WT:[0-9]+]] = torch.aten.permute
+// CHECK:         %[[W16:[0-9]+]] = torch.prims.convert_element_type %[[WT]], %{{.+}} : !torch.vtensor<[192,64],f32>, !torch.int -> !torch.vtensor<[192,64],f16>
+// CHECK:         %[[Y:[0-9]+]] = call @cuvil_kernel_linear_16x192x64_f16_none_bias_f32(%[[X]], %[[W16]], %arg2) : (!torch.vtensor<[16,64],f16>, !torch.vtensor<[192,64],f16>, !torch.vtensor<[192],f32>) -> !torch.vtensor<[16,192],f16>
+// CHECK-NEXT:    return %[[Y]]
+// An f32 linear whose result stays f32 is not narrowed:
+// CHECK-LABEL: func.func @f32_result_kept
+// CHECK-NOT:     call
+// CHECK:         "cuvil.linear"
+// CHECK:       func.func private @cuvil_kernel_linear_16x192x64_f16_none_bias_f32
+// CHECK-SAME:    bias_dtype = "f32", dtype = "f16"
+// CHECK:         torch.prims.convert_element_type %arg0
+// CHECK:         torch.prims.convert_element_type %arg1
+// CHECK:         "cuvil.linear"(%{{.+}}, %{{.+}}, %arg2) {{.+}} -> !torch.vtensor<[16,192],f32>
+// CHECK:         torch.prims.convert_element_type %{{.+}} -> !torch.vtensor<[16,192],f16>
+func.func @widened_addmm(%x: !torch.vtensor<[16,64],f16>, %w: !torch.vtensor<[64,192],f16>, %b: !torch.vtensor<[192],f32>) -> !torch.vtensor<[16,192],f16> {
+  %int5 = torch.constant.int 5
+  %int6 = torch.constant.int 6
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %int1 = torch.constant.int 1
+  %int0 = torch.constant.int 0
+  %x32 = torch.aten.to.dtype %x, %int6, %false, %false, %none : !torch.vtensor<[16,64],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[16,64],f32>
+  %w32 = torch.aten.to.dtype %w, %int6, %false, %false, %none : !torch.vtensor<[64,192],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[64,192],f32>
+  %p = torch.prim.ListConstruct %int1, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %wt = torch.aten.permute %w32, %p : !torch.vtensor<[64,192],f32>, !torch.list<int> -> !torch.vtensor<[192,64],f32>
+  %y = "cuvil.linear"(%x32, %wt, %b) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[16,64],f32>, !torch.vtensor<[192,64],f32>, !torch.vtensor<[192],f32>) -> !torch.vtensor<[16,192],f32>
+  %y16 = torch.aten.to.dtype %y, %int5, %false, %false, %none : !torch.vtensor<[16,192],f32>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[16,192],f16>
+  return %y16 : !torch.vtensor<[16,192],f16>
+}
+func.func @f32_result_kept(%x: !torch.vtensor<[16,64],f16>, %w: !torch.vtensor<[192,64],f32>) -> !torch.vtensor<[16,192],f32> {
+  %int6 = torch.constant.int 6
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %x32 = torch.aten.to.dtype %x, %int6, %false, %false, %none : !torch.vtensor<[16,64],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[16,64],f32>
+  %y = "cuvil.linear"(%x32, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[16,64],f32>, !torch.vtensor<[192,64],f32>) -> !torch.vtensor<[16,192],f32>
+  return %y : !torch.vtensor<[16,192],f32>
+}
+
+// -----
+
+// Outside the contract the op stays for lower-cuvil-to-torch (IREE's codegen): f32, K or out
+// features not a multiple of 8 (TMA rows must be 16-byte aligned), dynamic shapes, a bias of
+// another dtype.
+// CHECK-LABEL: func.func @kept
+// CHECK-NOT:     call
+// CHECK-COUNT-5: "cuvil.linear"
+// CHECK-NOT:     call
+// CHECK-NOT:   func.func private
+func.func @kept(%x32: !torch.vtensor<[8,64],f32>, %w32: !torch.vtensor<[64,64],f32>, %xk: !torch.vtensor<[8,770],f16>, %wk: !torch.vtensor<[64,770],f16>,
+                %x: !torch.vtensor<[8,64],f16>, %wn: !torch.vtensor<[13,64],f16>, %xd: !torch.vtensor<[?,64],f16>, %w: !torch.vtensor<[64,64],f16>,
+                %b32: !torch.vtensor<[64],f32>) -> (!torch.vtensor<[8,64],f32>, !torch.vtensor<[8,64],f16>, !torch.vtensor<[8,13],f16>, !torch.vtensor<[?,64],f16>, !torch.vtensor<[8,64],f16>) {
+  %0 = "cuvil.linear"(%x32, %w32) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[8,64],f32>, !torch.vtensor<[64,64],f32>) -> !torch.vtensor<[8,64],f32>
+  %1 = "cuvil.linear"(%xk, %wk) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[8,770],f16>, !torch.vtensor<[64,770],f16>) -> !torch.vtensor<[8,64],f16>
+  %2 = "cuvil.linear"(%x, %wn) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[8,64],f16>, !torch.vtensor<[13,64],f16>) -> !torch.vtensor<[8,13],f16>
+  %3 = "cuvil.linear"(%xd, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[?,64],f16>, !torch.vtensor<[64,64],f16>) -> !torch.vtensor<[?,64],f16>
+  %4 = "cuvil.linear"(%x, %w, %b32) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[8,64],f16>, !torch.vtensor<[64,64],f16>, !torch.vtensor<[64],f32>) -> !torch.vtensor<[8,64],f16>
+  return %0, %1, %2, %3, %4 : !torch.vtensor<[8,64],f32>, !torch.vtensor<[8,64],f16>, !torch.vtensor<[8,13],f16>, !torch.vtensor<[?,64],f16>, !torch.vtensor<[8,64],f16>
+}

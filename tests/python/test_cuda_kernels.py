@@ -1,0 +1,244 @@
+"""The Hopper kernel path on the CPU side: which targets run lower-cuvil-to-kernels, the tile
+table, the kernel build (when triton is installed), the IREE hand-off that fills the kernel
+functions, its fallbacks, and what the package metadata records. The kernels' numerics on a GPU:
+test_cuda_kernels_gpu.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from cuvil_mlir.core.diagnostics import CompileError, CuvilError
+from cuvil_mlir.targets import cuda_kernels as ck
+from cuvil_mlir.targets import parse_target
+
+needs_triton = pytest.mark.skipif(ck.available() is not None, reason=f"kernels cannot be built here: {ck.available()}")
+
+
+@pytest.fixture(autouse=True)
+def _kernel_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(ck.CACHE_ENV, str(tmp_path / "kernels"))
+
+
+# ----------------------------------------------------------------------------- targets
+
+
+def _passes(spec: str) -> list[str]:
+    return [p for _, passes in parse_target(spec).stages for p in passes]
+
+
+@pytest.mark.parametrize("spec", ["cuda:h200", "cuda:h100", "cuda:sm_90", "cuda:h200{hopper-mode=target-description}"])
+def test_hopper_targets_lower_linears_to_kernels_first(spec):
+    passes = _passes(spec)
+    assert passes.index("lower-cuvil-to-kernels{arch=sm_90}") == passes.index("lower-cuvil-to-torch{attention=sdpa}") - 1
+    assert parse_target(spec).kernel_builder() is ck.materialize
+
+
+@pytest.mark.parametrize("spec", ["cuda", "cuda:sm_86", "cuda:sm_89", "cuda:a100", "cuda:h200{kernels=off}", "cpu", "vulkan"])
+def test_other_targets_keep_iree_codegen(spec):
+    assert not any(p.startswith("lower-cuvil-to-kernels") for p in _passes(spec))
+    assert parse_target(spec).kernel_builder() is None
+
+
+def test_kernels_option_is_validated_and_round_trips():
+    t = parse_target("cuda:h200{kernels=off}")
+    assert t.spec == "cuda:h200{kernels=off}" and parse_target(t.spec) == t
+    assert parse_target("cuda:h200").spec == "cuda:h200"
+    assert parse_target("cuda:h200").cache_key() != t.cache_key()
+    with pytest.raises(CuvilError, match="kernels=fast is not one of auto, off"):
+        parse_target("cuda:h200{kernels=fast}")
+
+
+# ----------------------------------------------------------------------------- the tile table
+
+
+def _spec(m=4096, n=4096, k=4096, activation="none"):
+    return ck.LinearSpec(m, n, k, "f16", activation, False)
+
+
+def test_shipped_table_covers_every_linear():
+    for spec in (_spec(1, 8, 8), _spec(16, 2048, 2048), _spec(128, 768, 3072), _spec(1024, 3072, 768),
+                 _spec(4096, 16384, 2048, "swiglu"), _spec(77, 2816, 512, "swiglu"), _spec()):
+        config = ck.select_config(spec)
+        assert config is not None and config.bm in (64, 128) and config.warps in (4, 8)
+    assert ck.select_config(_spec(4096, 16384, 2048, "swiglu")).bn == 128  # gated: two accumulators
+    assert ck.select_config(_spec(1, 2048, 2048)).bm == 64  # decode rows: the smallest wgmma M
+
+
+def test_first_matching_rule_wins_and_iree_means_no_kernel():
+    rules = [{"when": {"max_m": 64}, "config": "iree"},
+             {"when": {"gated": True}, "config": {"bm": 128, "bn": 64, "bk": 64, "warps": 4, "stages": 4}},
+             {"config": {"bm": 128, "bn": 256, "bk": 64, "warps": 8, "stages": 3}}]
+    assert ck.select_config(_spec(m=16), rules) is None
+    assert ck.select_config(_spec(activation="swiglu"), rules).bn == 64
+    assert ck.select_config(_spec(), rules).bn == 256
+    with pytest.raises(CompileError, match="no rule"):
+        ck.select_config(_spec(), rules[:2])
+
+
+def test_another_table_by_environment(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"rules": [{"config": "iree"}]}))
+    monkeypatch.setenv(ck.CONFIGS_ENV, str(path))
+    assert ck.select_config(_spec()) is None
+    path.write_text("{not json")
+    with pytest.raises(CompileError, match="cannot read the kernel tile table"):
+        ck.select_config(_spec())
+
+
+def test_rename_entry_renames_the_entry_and_its_parameters_only():
+    ptx = ".visible .entry k(\n .param .u64 k_param_0,\n .param .u64 k_param_1\n)\n{ ld.param.u64 %rd1, [k_param_0]; call kk; }"
+    out = ck.rename_entry(ptx, "k", "cuvil_linear_x")
+    assert ".entry cuvil_linear_x(" in out and "[cuvil_linear_x_param_0]" in out and "call kk;" in out
+    with pytest.raises(CompileError, match="expected one .entry nope"):
+        ck.rename_entry(ptx, "nope", "x")
+
+
+def test_materialize_without_triton_keeps_iree_codegen(monkeypatch):
+    monkeypatch.setattr(ck, "available", lambda: "triton is not installed")
+    text, record = ck.materialize("f", {"m": 8, "n": 8, "k": 8, "dtype": "f16", "activation": "none", "has_bias": False})
+    assert text is None and record["kernel"] is None and record["why"] == "triton is not installed"
+
+
+# ----------------------------------------------------------------------------- building (triton)
+
+
+@needs_triton
+def test_kernel_builds_for_sm90a_with_wgmma_and_tma_and_is_cached():
+    spec = ck.LinearSpec(256, 192, 136, "bf16", "geglu_tanh", True)  # gated: F = 96; odd tiles
+    config = ck.TileConfig(128, 64, 64, 4, 3)
+    kb = ck.build_linear(spec, config)
+    assert kb.image[:4] == b"\x7fELF"
+    assert ".target sm_90a" in kb.ptx and "wgmma.mma_async" in kb.ptx and "cp.async.bulk.tensor" in kb.ptx
+    assert f".entry {kb.name}(" in kb.ptx and kb.name.startswith("cuvil_linear_256x192x136_bf16_geglu_tanh_bias")
+    assert kb.grid == 2 * 2 and kb.threads == 128 and kb.shared_bytes > 48 * 1024
+    assert ck.build_linear(spec, config) == kb  # from the cache
+
+
+@needs_triton
+def test_dispatch_function_is_one_extern_dispatch_with_the_kernel_abi():
+    kb = ck.build_linear(ck.LinearSpec(128, 64, 64, "f16", "relu", False), ck.TileConfig(128, 64, 64, 4, 3))
+    text = ck.dispatch_function("fn", kb)
+    assert text.startswith("func.func private @fn(%x: !torch.vtensor<[128,64],f16>, %w: !torch.vtensor<[64,64],f16>) -> !torch.vtensor<[128,64],f16>")
+    assert text.count('"hal.dispatch.extern"(%x_t, %w_t, %x_t)') == 1  # no bias: x fills its slot
+    assert f"workgroup_local_memory = {kb.shared_bytes} : index" in text and f"workgroup_size = [{kb.threads} : index" in text
+    assert f'path = "{kb.cubin_path}"' in text
+    assert f"tensor<{kb.scratch_bytes * kb.grid}xi8>" in text  # Triton's global scratch (TMA descriptors)
+
+
+# ----------------------------------------------------------------------------- through the pipeline
+
+
+def _mlp():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(128, 13)).half().eval()
+    return model, (torch.randn(2, 8, 64).half(),)
+
+
+@needs_triton
+def test_h200_package_records_which_linear_got_which_kernel():
+    import cuvil_mlir
+
+    model, args = _mlp()
+    compiled = cuvil_mlir.compile(model, args, target="cuda:h200")
+    (record,) = compiled.metadata["kernels"]
+    assert record["function"] == "cuvil_kernel_linear_16x128x64_f16_gelu_tanh_bias" and record["sites"] == ["0"]
+    assert record["kernel"].startswith("cuvil_linear_16x128x64_f16_gelu_tanh_bias_") and record["config"]
+    # the second linear (13 out features: rows not 16-byte aligned) stays with IREE
+    assert compiled.patterns_fired["lower-cuvil-to-kernels"] == {"linear": 1, "kept: out features 13 not a multiple of 8": 1}
+
+
+def test_kernels_off_and_other_archs_record_none():
+    import cuvil_mlir
+
+    model, args = _mlp()
+    compiled = cuvil_mlir.compile(model, args, target="cuda:h200{kernels=off}")
+    assert compiled.metadata["kernels"] == [] and "lower-cuvil-to-kernels" not in compiled.patterns_fired
+
+
+def test_kernel_function_without_a_kernel_compiles_to_iree_codegen(monkeypatch):
+    """The IREE hand-off keeps a kernel function's body (the torch lowering) when the target
+    has no kernel for it, and says why."""
+    import cuvil_mlir
+
+    monkeypatch.setattr(ck, "available", lambda: "triton is not installed")
+    model, args = _mlp()
+    compiled = cuvil_mlir.compile(model, args, target="cuda:h200")
+    (record,) = compiled.metadata["kernels"]
+    assert record["kernel"] is None and record["why"] == "triton is not installed"
+    assert compiled.modules[0].vmfb
+
+
+WIDENED = """
+func.func @main(%x: !torch.vtensor<[2,8,64],f16>, %w: !torch.vtensor<[64,48],f16>, %b: !torch.vtensor<[48],f32>, %w2: !torch.vtensor<[16,48],f16>) -> !torch.vtensor<[2,8,16],f16> {
+  %int5 = torch.constant.int 5
+  %int6 = torch.constant.int 6
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %int1 = torch.constant.int 1
+  %int0 = torch.constant.int 0
+  %x32 = torch.aten.to.dtype %x, %int6, %false, %false, %none : !torch.vtensor<[2,8,64],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[2,8,64],f32>
+  %w32 = torch.aten.to.dtype %w, %int6, %false, %false, %none : !torch.vtensor<[64,48],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[64,48],f32>
+  %p = torch.prim.ListConstruct %int1, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %wt = torch.aten.permute %w32, %p : !torch.vtensor<[64,48],f32>, !torch.list<int> -> !torch.vtensor<[48,64],f32>
+  %y = "cuvil.linear"(%x32, %wt, %b) {activation = "gelu", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,8,64],f32>, !torch.vtensor<[48,64],f32>, !torch.vtensor<[48],f32>) -> !torch.vtensor<[2,8,48],f32>
+  %y16 = torch.aten.to.dtype %y, %int5, %false, %false, %none : !torch.vtensor<[2,8,48],f32>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[2,8,48],f16>
+  %z = "cuvil.linear"(%y16, %w2) {activation = "swiglu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,8,48],f16>, !torch.vtensor<[16,48],f16>) -> !torch.vtensor<[2,8,8],f16>
+  %z2 = "cuvil.linear"(%y16, %w2) {activation = "relu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,8,48],f16>, !torch.vtensor<[16,48],f16>) -> !torch.vtensor<[2,8,16],f16>
+  return %z2 : !torch.vtensor<[2,8,16],f16>
+}
+"""
+
+
+def test_kernel_functions_compute_what_the_ops_did(tmp_path):
+    """The kernel functions' own bodies (what a target without a kernel compiles) give the same
+    numbers as the ops they replaced, widened form and batched views included (IREE CPU)."""
+    import numpy as np
+
+    from cuvil_mlir.compiler.context import make_context
+    from cuvil_mlir.core.ir import parse_module
+    from cuvil_mlir.lowering import builtin_registry
+    from cuvil_mlir.core.passes import run_pipeline
+    from cuvil_mlir.runtime.session import Session
+    from cuvil_mlir.targets import iree
+
+    cpu = parse_target("cpu")
+    registry = builtin_registry()
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((2, 8, 64)).astype(np.float16), (rng.standard_normal((64, 48)) / 8).astype(np.float16),
+              rng.standard_normal(48).astype(np.float32), (rng.standard_normal((16, 48)) / 7).astype(np.float16)]
+    outs = []
+    for passes in (["lower-cuvil-to-torch"], ["lower-cuvil-to-kernels", "lower-cuvil-to-torch"]):
+        module = parse_module(WIDENED, make_context())
+        fired = run_pipeline(module, [registry.get(p) for p in passes + ["verify-no-cuvil"]])
+        outs.append(Session(iree.compile_to_vmfb(module, cpu.iree_flags()), cpu.driver).invoke("main", inputs)[0])
+    assert fired["lower-cuvil-to-kernels"] == {"linear (widened 16-bit)": 1, "linear": 2}
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@needs_triton
+def test_config_over_the_shared_memory_limit_is_refused():
+    """A kernel needing more than sm_90's 227 KiB would make IREE refuse the whole module at load
+    (measured: 'requires 262176B of shared memory and exceeds the device maximum of 232448B')."""
+    spec = ck.LinearSpec(512, 512, 512, "f16", "none", False)
+    with pytest.raises(CompileError, match="needs 26[0-9]+ B of shared memory; sm_90 allows 232448"):
+        ck.build_linear(spec, ck.TileConfig(128, 256, 64, 8, 4, kind="persistent"))
+    record = ck.materialize("f", {"m": 512, "n": 512, "k": 512, "dtype": "f16", "activation": "none", "has_bias": False})[1]
+    assert record["kernel"]  # the shipped table's choice fits
+
+
+def test_inspect_says_which_function_got_which_kernel():
+    from cuvil_mlir.cli import _describe_kernels
+
+    lines = _describe_kernels([
+        {"function": "cuvil_kernel_linear_a", "kernel": "cuvil_linear_a_k", "config": "128x256x64w8s3", "sites": ["h.0.mlp", "h.1.mlp"]},
+        {"function": "cuvil_kernel_linear_b", "kernel": None, "why": "triton is not installed", "sites": [""]},
+    ])
+    assert lines == [
+        "kernels:     1 of 2 kernel functions on the target's kernels",
+        "  cuvil_kernel_linear_a: cuvil_linear_a_k (128x256x64w8s3) <- h.0.mlp, h.1.mlp",
+        "  cuvil_kernel_linear_b: IREE codegen (triton is not installed) <- (top level)",
+    ]
+    assert _describe_kernels([]) == []
