@@ -230,7 +230,7 @@ def test_config_over_the_shared_memory_limit_is_refused():
 
 
 def test_inspect_says_which_function_got_which_kernel():
-    from cuvil_mlir.cli import _describe_kernels
+    from cuvil_mlir.cli.build import _describe_kernels
 
     lines = _describe_kernels([
         {"function": "cuvil_kernel_linear_a", "kernel": "cuvil_linear_a_k", "config": "128x256x64w8s3", "sites": ["h.0.mlp", "h.1.mlp"]},
