@@ -195,6 +195,9 @@ def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = 
     proto = loaded.proto
     saved_name = proto.graph.name
     proto.graph.name = func_name  # the importer names the function after the graph
+    for i, node in enumerate(proto.graph.node):  # errors and locations name nodes
+        if not node.name:
+            node.name = f"{node.op_type}_{i}"
     try:
         info = onnx_importer.ModelInfo(proto)
         module = info.create_module(context=ctx)
