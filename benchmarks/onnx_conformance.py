@@ -308,7 +308,9 @@ def collect(filter_re: str | None, sample: int | None, seed: int):
         cases = [c for c in cases if re.search(filter_re, c.name)]
     cases.sort(key=lambda c: c.name)
     if sample and sample < len(cases):
-        cases = sorted(random.Random(seed).sample(cases, sample), key=lambda c: c.name)
+        cases = random.Random(seed).sample(cases, sample)
+    else:  # in a seeded random order: a run stopped early is still a uniform sample
+        random.Random(seed).shuffle(cases)
     return cases
 
 

@@ -7,7 +7,8 @@ modules)::
     matmul      4-D and higher: view(bmm(view(a, [N, m, k]), view(b, [N, k, n])), [..., m, n]);
                 3-D: the same with identity views, or a bare bmm;  2-D: mm;  aten.matmul
     kᵀ          permute / transpose.int swapping the last two dims (aten.t in 2-D), possibly
-                broadcast over batch dims (broadcast_to / expand: the broadcast is kept on k)
+                broadcast over batch dims (broadcast_to / expand: the broadcast is kept on k);
+                or view(transpose(view(k, [N, s, d])), [..., d, s]) (torch.onnx's SDPA)
     scale       mul.Scalar / div.Scalar, or mul.Tensor / div.Tensor by a one-element literal, on
                 the scores, on q or on k (all multiplied); none means 1
     mask        after the scale: add.Tensor of a float mask (either order); masked_fill.Scalar /
@@ -329,14 +330,40 @@ def _untransposed(kt):
         kt = b.operands[0]
     kt, outer = _unscaled(kt)
     t = defining_op(kt, ("torch.aten.permute", "torch.aten.transpose.int", "torch.aten.t"))
-    if t is None or not _swaps_last_two(t):
-        return None
-    k, inner = _unscaled(t.operands[0])
+    if t is not None and _swaps_last_two(t):
+        k = t.operands[0]
+    else:
+        k = _flattened_transpose(kt)
+        if k is None:
+            return None
+    k, inner = _unscaled(k)
     if shape is not None:
         if info(k).rank != len(shape):
             return None
         shape[-2:] = shape[-1], shape[-2]
     return k, shape, outer * inner
+
+
+def _flattened_transpose(kt):
+    """k for kt = view(transpose(view(k, [N, s, d]), 1, 2), [..., d, s]), N the product of k's
+    batch dims: kᵀ as torch.onnx's scaled_dot_product_attention writes it (after torch-mlir's
+    ONNX lowering of Reshape / Transpose / Reshape); static shapes only."""
+    outer = defining_op(kt, "torch.aten.view")
+    t = defining_op(outer.operands[0], ("torch.aten.transpose.int", "torch.aten.permute")) if outer is not None else None
+    if t is None or info(t.operands[0]) is None or info(t.operands[0]).rank != 3 or not _swaps_last_two(t):
+        return None
+    inner = defining_op(t.operands[0], "torch.aten.view")
+    if inner is None:
+        return None
+    k = inner.operands[0]
+    ks, flat, out = info(k), info(inner.result), info(kt)
+    if ks is None or out is None or ks.rank < 3 or not ks.is_static or not out.is_static:
+        return None
+    if list(flat.shape) != [math.prod(ks.shape[:-2]), *ks.shape[-2:]]:
+        return None
+    if list(out.shape) != [*ks.shape[:-2], ks.shape[-1], ks.shape[-2]]:
+        return None
+    return k
 
 
 def _swaps_last_two(t) -> bool:

@@ -34,8 +34,9 @@ from cuvil_mlir.core.diagnostics import ImportError_, require_file
 from cuvil_mlir.core.ir import elements_attr, ir, passmanager
 
 # aten ops kept whole through the ONNX lowering (raise patterns and IREE's torch input know
-# them); ONNX's LayerNormalization lowers to native_layer_norm.
-KEPT_OPS = ("linear", "layer_norm", "native_layer_norm", "scaled_dot_product_attention", "gelu", "silu")
+# them): the FX importer's list. ONNX's LayerNormalization arrives as native_layer_norm, which
+# the import rewrites to layer_norm where its mean and rstd results are unused.
+KEPT_OPS = ("linear", "layer_norm", "rms_norm", "scaled_dot_product_attention", "gelu", "silu")
 
 # protobuf's hard limit: above it the checker and shape inference work on files
 _PROTOBUF_LIMIT = 2**31 - 1
@@ -227,9 +228,40 @@ def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS) -
         raise UnsupportedOnnxOp(
             f"torch-mlir's ONNX lowering does not support ONNX op{'s' if len(kinds) > 1 else ''} "
             f"{', '.join(kinds)} at opset {opset}: {shown}", ops=left)
+    if "layer_norm" in kept_ops:
+        _layer_norms_whole(module)
     legal = ",".join(f"aten.{name}" for name in kept_ops)
     option = f"{{backend-legal-ops={legal}}}" if legal else ""
     _run(module, f"builtin.module(torch-onnx-to-torch-backend-pipeline{option})", loaded)
+
+
+def _layer_norms_whole(module: ir.Module) -> int:
+    """``native_layer_norm(x, shape, w, b, eps)`` whose mean and rstd results are unused ->
+    ``layer_norm(x, shape, w, b, eps, false)``: the op torch.export gives and raise knows
+    (torch-mlir's ONNX lowering makes every LayerNormalization a native_layer_norm, which the
+    backend pipeline would decompose). Returns how many were rewritten."""
+    found = []
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    o = inner.operation
+                    if o.name == "torch.aten.native_layer_norm" and all(not list(r.uses) for r in list(o.results)[1:]):
+                        found.append(o)
+                    visit(o)
+
+    visit(module.operation)
+    with module.context:
+        for o in found:
+            with ir.InsertionPoint(o), o.location:
+                false = ir.Operation.create("torch.constant.bool", results=[ir.Type.parse("!torch.bool")],
+                                            attributes={"value": ir.BoolAttr.get(False)}).result
+                norm = ir.Operation.create("torch.aten.layer_norm", results=[o.results[0].type],
+                                           operands=[*o.operands[:5], false])
+            o.results[0].replace_all_uses_with(norm.result)
+            o.erase()
+    return len(found)
 
 
 def unconverted_ops(module: ir.Module) -> list[tuple[str, str]]:
