@@ -17,6 +17,9 @@ modules)::
     softmax     over the last dim: softmax.int, _softmax, or max.dim/amax, sub, exp, sum, div;
                 with HF's upcast (to fp32 before, back to the input dtype after) dropped
     dropout     aten.dropout with train=false is skipped (export removes it in eval anyway)
+    NaN guard   where(p != p, 0, p) after the softmax (torch.onnx's SDPA) is dropped where no
+                row can be wholly masked: no mask, constant masks that keep a key in every
+                row (causal), or masks with a finite fill (finfo.min); else nothing fires
 
 A mask that folds to a constant (HF's masking utils, a sliced ``tril`` buffer, ``triu(ones)``
 compares; see ``_fold``) is classified: all-keep masks are dropped, a top-left-aligned lower
@@ -59,6 +62,7 @@ class _Match:
         self.q, self.k, self.v = q, k, None
         self.scale = scale
         self.masks = []  # (kind, value, fill): kind "add" | "keep" | "drop"
+        self.nan_guard = False  # where(p != p, 0, p) after the softmax
         self.ops = ops  # the ops the attention replaces
         self.k_broadcast = k_broadcast  # k's shape after the broadcast that kᵀ carried
 
@@ -73,6 +77,8 @@ def attention(op, rewriter):
     if m is None:
         return None
     causal, masks = _classify_masks(m)
+    if m.nan_guard and not all(_keeps_every_row(m, *mask) for mask in masks):
+        return None  # a row the mask may wholly remove: softmax gives NaN there, the guard 0
     return _build(m, op, causal, masks)
 
 
@@ -85,14 +91,16 @@ def _match(root) -> _Match | None:
     if mm is None:
         return None
     p, v, mm_ops = mm
-    soft = _softmax(_skip_dropout(p))
+    guarded, guard_ops = _nan_guarded(_skip_dropout(p))
+    soft = _softmax(guarded)
     if soft is None:
         return None
     x, soft_ops = soft
     m = _scores(x)
     if m is None:
         return None
-    m.v, m.ops = v, [*m.ops, *soft_ops, *mm_ops]
+    m.v, m.ops = v, [*m.ops, *soft_ops, *guard_ops, *mm_ops]
+    m.nan_guard = bool(guard_ops)
     if defining_op(p, "torch.aten.dropout") is not None:
         m.ops.append(defining_op(p))
     if not _fits(m, root) or not _uses_inside(m.ops, root):
@@ -137,6 +145,22 @@ def _flattened_bmm(view):
     if out.shape != (*ta.shape[:-1], tb.shape[-1]):
         return None
     return a, b, [view, bmm, fa, fb]
+
+
+def _nan_guarded(value):
+    """(p, ops) for value = where(p != p, 0, p) (torch.onnx's SDPA zeroes the NaN rows a
+    fully masked softmax gives), else (value, [])."""
+    where = defining_op(value, "torch.aten.where.self")
+    if where is None:
+        return value, []
+    cond, zero, p = where.operands
+    ne = defining_op(cond, "torch.aten.ne.Tensor")
+    arr = literal_array(zero) if info(zero) is not None else None
+    if ne is None or list(ne.operands) != [p, p] or arr is None or arr.size != 1 or float(arr.reshape(-1)[0]) != 0.0:
+        return value, []
+    if info(p) != info(value):
+        return value, []
+    return p, [where, ne]
 
 
 def _skip_dropout(value):
@@ -433,6 +457,16 @@ def _classify_masks(m: _Match):
             continue
         rest.append((kind, value, fill))
     return causal, rest
+
+
+def _keeps_every_row(m: _Match, kind: str, value, fill) -> bool:
+    """No row of the scores is wholly masked by this term (so softmax has no NaN row): a
+    constant that keeps a key in every row, or a keep/drop mask with a finite fill."""
+    arr = _fold(value)
+    keep = None if arr is None else _keep_array(kind, arr, info(m.q).dtype)
+    if keep is not None:
+        return bool(np.all(np.any(keep, axis=-1))) if keep.ndim else bool(keep)
+    return kind != "add" and fill is not None and math.isfinite(fill)
 
 
 def _is_tril(keep, length: int, source: int) -> bool:

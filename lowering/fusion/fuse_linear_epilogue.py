@@ -182,6 +182,11 @@ def _product(value, *, root: bool = False):
     if op is None or (not root and not has_one_use(value)) or info(value) is None:
         return 1.0, [value]
     if op.operation.name == "torch.aten.mul.Tensor":
+        for x, c in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
+            scalar = _one_element(c)  # ONNX's scalars: one-element constant tensors
+            if scalar is not None and scalar != 0.0 and info(x) == info(value):
+                inner, factors = _product(x)
+                return inner * scalar, factors
         ca, fa = _product(op.operands[0])
         cb, fb = _product(op.operands[1])
         return ca * cb, fa + fb
@@ -192,12 +197,24 @@ def _product(value, *, root: bool = False):
     return (c * scalar if op.operation.name == "torch.aten.mul.Scalar" else c / scalar), factors
 
 
+def _one_element(value) -> float | None:
+    """The value of a one-element constant tensor (a 0-d or [1] literal), else None."""
+    array = literal_array(value) if info(value) is not None else None
+    return float(array.reshape(-1)[0]) if array is not None and array.size == 1 and array.dtype.kind == "f" else None
+
+
 def _one_plus(value):
-    """x for ``add.Scalar(x, 1, 1)`` (1 + x written either way), else None."""
-    op = defining_op(value, "torch.aten.add.Scalar")
-    if op is None or not has_one_use(value) or not _close(const_float(op.operands[1]), 1.0) or const_float(op.operands[2]) != 1.0:
+    """x for ``add.Scalar(x, 1, 1)`` (1 + x written either way), or ``add.Tensor`` of x and a
+    one-element constant 1 (ONNX's form), else None."""
+    op = defining_op(value, ("torch.aten.add.Scalar", "torch.aten.add.Tensor"))
+    if op is None or not has_one_use(value) or const_float(op.operands[2]) != 1.0:
         return None
-    return op.operands[0]
+    if op.operation.name == "torch.aten.add.Scalar":
+        return op.operands[0] if _close(const_float(op.operands[1]), 1.0) else None
+    for x, one in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
+        if _close(_one_element(one), 1.0) and info(x) == info(value):
+            return x
+    return None
 
 
 def _scaled(value, coefficient: float):

@@ -240,12 +240,13 @@ def _onnx_model(nodes, inputs, outputs, initializers, opset: int = 17):
 
 @patterns.example("matmul")
 def _onnx_matmul_by_weight(rng):
-    """ONNX MatMul of a rank-2..4 activation by a constant [K, N] (torch.onnx's nn.Linear)."""
+    """ONNX MatMul of a rank-3 or 4 activation by a constant [K, N] (torch.onnx's nn.Linear;
+    in 2-D torch-mlir's ONNX lowering makes it an aten.mm)."""
     import numpy as np
     from onnx import helper
 
     k, n = _dim(rng, 1, 24), _dim(rng, 1, 20)
-    lead = [_dim(rng, 1, 3) for _ in range(int(rng.integers(1, 4)))]
+    lead = [_dim(rng, 1, 3) for _ in range(int(rng.integers(2, 4)))]
     w = (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32)
     model = _onnx_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")],
                         [("x", "float32", [*lead, k])], [("y", "float32", [*lead, n])], {"w": w})
