@@ -1,7 +1,7 @@
 """The command line: ``cuvil`` (compile, run, inspect, passes, compare, bench) and ``cuvil-opt``
 (passes on IR files).
 
-    cuvil compile model.pt2 -o model.cuvilpkg [--target cpu] [-O3] [--emit cuvil] [--patterns my.py]
+    cuvil compile model.pt2|model.onnx -o model.cuvilpkg [--target cpu] [-O3] [--emit cuvil] [--patterns my.py]
     cuvil run model.cuvilpkg --input x.npy [--output y.npy]
     cuvil inspect model.cuvilpkg [--json]
     cuvil passes
@@ -131,10 +131,11 @@ def _cuvil_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", default=False, help="show tracebacks and warnings")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("compile", parents=[common], help="compile a .pt2 model into a .cuvilpkg",
-                       description="Compile a model saved with torch.export.save into a .cuvilpkg, "
+    p = sub.add_parser("compile", parents=[common], help="compile a .pt2 or .onnx model into a .cuvilpkg",
+                       description="Compile a model saved with torch.export.save (or an ONNX model) into a .cuvilpkg, "
                        "or print the IR of one stage with --emit.")
-    p.add_argument("model", metavar="MODEL.pt2", help="a .pt2 file written by torch.export.save")
+    p.add_argument("model", metavar="MODEL", help="a .pt2 file written by torch.export.save, or a .onnx file "
+                   "(external data next to it; docs/onnx.md)")
     p.add_argument("-o", "--output", metavar="OUT", help="the .cuvilpkg to write (with --emit: the IR file; default stdout)")
     p.add_argument("--target", default="cpu",
                    help="target(s), comma-separated in preference order: cpu, cpu:znver4, vmvx, cpu,vmvx (default: cpu)")
@@ -185,8 +186,8 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                        "has a device, and show compile time, latency and errors against a reference side by side "
                        "(docs/harness.md). Exits 1 when a Cuvil entry fails or does not match the reference.")
     p.add_argument("model", metavar="MODEL", nargs="?",
-                   help="a .pt2 file written by torch.export.save, or FILE.py:FACTORY / package.module:FACTORY "
-                   "(a function returning (model, inputs)); not with --from")
+                   help="a .pt2 file written by torch.export.save, a .onnx file (checked against onnxruntime), or "
+                   "FILE.py:FACTORY / package.module:FACTORY (a function returning (model, inputs)); not with --from")
     p.add_argument("--targets", default="cpu", help="targets, comma-separated (default: cpu); those without a device are skipped")
     p.add_argument("--build-only", metavar="DIR", help="only compile: write one .cuvilpkg per entry, the inputs, the reference "
                    "outputs and a manifest into DIR, to run elsewhere with --from DIR (no device needed here)")

@@ -246,7 +246,13 @@ def compare(model, inputs=None, *, targets: str | Sequence[str] = ("cpu",), refe
     parsed_configs = [parse_config(c, patterns) for c in (configs or ["default"])]
     competitor_names = _competitor_names(competitors)
     program, eager, model_name = _normalize_model(model, inputs)
+    onnx_notes = []
+    if hasattr(eager, "runtime") and competitor_names:  # an ONNX model: no PyTorch program to time
+        onnx_notes.append(f"competitors {', '.join(competitor_names)} skipped: the model is an ONNX model "
+                          f"(its reference runs on {eager.name})")
+        competitor_names = []
     sets, input_info, input_notes = make_input_sets(program, inputs, settings.input_sets, seed)
+    input_notes = [*input_notes, *onnx_notes]
     check_dtype = reference != "torch-fp64"
     load_at_start = _loadavg()
 
@@ -329,8 +335,14 @@ def _normalize_model(model, inputs):
     """(ExportedProgram, the eager callable, a name for the report)."""
     import torch
 
-    from cuvil_mlir.compiler.importers import fx
+    from cuvil_mlir.compiler.importers import fx, onnx
 
+    if onnx.is_onnx_model(model):  # the reference is onnxruntime (or onnx.reference), not torch
+        from cuvil_mlir.eval.onnx_reference import OnnxReference
+
+        loaded = onnx.load_model(model)
+        name = Path(model).name if isinstance(model, (str, os.PathLike)) else "ONNX model"
+        return loaded, OnnxReference(loaded), name
     if isinstance(model, torch.nn.Module):
         if inputs is None:
             raise CuvilError(f"compare: an nn.Module ({type(model).__name__}) needs example inputs, e.g. compare(model, (x,))")
@@ -346,6 +358,10 @@ def program_input_specs(program) -> list[tuple[tuple[int, ...], str, int | None]
     from its example inputs when it carries them (torch.export.save keeps them), else from its
     signature; ``high`` is 1 + the example's largest value for integer inputs (token ids and
     indices stay in range), else None."""
+    from cuvil_mlir.compiler.importers.onnx import OnnxModel, input_specs
+
+    if isinstance(program, OnnxModel):
+        return input_specs(program)
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     examples = list(program.example_inputs[0]) if getattr(program, "example_inputs", None) else []
     specs = []
@@ -412,6 +428,8 @@ def reference_outputs(reference, eager, program, sets, *, opt_level: int = 3):
         fp64 = reference == "torch-fp64"
         module = copy.deepcopy(eager).double() if fp64 else eager
         outs = [_call_torch(module, s, fp64=fp64) for s in sets]
+        if hasattr(eager, "runtime"):  # an ONNX model's: eval.onnx_reference
+            return outs, {"kind": reference, "name": eager.name + (" float64" if fp64 else ""), "device": "cpu"}
         return outs, {"kind": reference, "name": "torch eager (cpu, float64)" if fp64 else "torch eager (cpu)",
                       "device": "cpu", "torch": torch.__version__}
     if isinstance(reference, str):
@@ -864,7 +882,13 @@ def build_only(model, inputs=None, *, out_dir: str | os.PathLike, model_spec: st
     parsed_configs = [parse_config(c, patterns) for c in (configs or ["default"])]
     competitor_names = _competitor_names(competitors)
     program, eager, model_name = _normalize_model(model, inputs)
+    onnx_notes = []
+    if hasattr(eager, "runtime") and competitor_names:  # an ONNX model: no PyTorch program to time
+        onnx_notes.append(f"competitors {', '.join(competitor_names)} skipped: the model is an ONNX model "
+                          f"(its reference runs on {eager.name})")
+        competitor_names = []
     sets, input_info, input_notes = make_input_sets(program, inputs, settings.input_sets, seed)
+    input_notes = [*input_notes, *onnx_notes]
     out = Path(out_dir)
     (out / "data").mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.cuvilpkg"):

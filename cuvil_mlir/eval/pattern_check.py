@@ -638,8 +638,9 @@ def _import(program, args):
 
     if _is_onnx(program):  # an ONNX model: its own importer; onnx's reference evaluator is "eager"
         from cuvil_mlir.compiler.importers import onnx as onnx_importer
+        from cuvil_mlir.eval.onnx_reference import OnnxReference
 
-        return onnx_importer.import_model(program, make_context()), _OnnxReference(program)
+        return onnx_importer.import_model(program, make_context()), OnnxReference(program, runtime="onnx.reference")
     module = program if isinstance(program, torch.nn.Module) else _function_module(program)
     exported = fx.to_exported_program(module, tuple(to_torch(a) for a in args))
     return fx.import_program(exported, make_context()), module
@@ -647,39 +648,6 @@ def _import(program, args):
 
 def _is_onnx(program) -> bool:
     return type(program).__name__ == "ModelProto" and type(program).__module__.startswith("onnx")
-
-
-def _OnnxReference(model):
-    """An nn.Module running an ONNX model with ``onnx.reference`` (numpy; no onnxruntime
-    needed), so that an example may be an ONNX model. In float64 (``.double()``) its float
-    inputs are given in the model's own dtypes and the outputs come back as float64."""
-    import torch
-    from onnx.reference import ReferenceEvaluator
-
-    class OnnxReference(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-            self.fp64 = False
-
-        def double(self):
-            self.fp64 = True
-            return self
-
-        def forward(self, *xs):
-            evaluator = ReferenceEvaluator(self.model)
-            initializers = {t.name for t in self.model.graph.initializer}
-            names = [i.name for i in self.model.graph.input if i.name not in initializers]
-            feeds = {}
-            for name, x, spec in zip(names, xs, [i for i in self.model.graph.input if i.name not in initializers]):
-                from onnx.helper import tensor_dtype_to_np_dtype
-
-                feeds[name] = to_numpy(x).astype(tensor_dtype_to_np_dtype(spec.type.tensor_type.elem_type))
-            outs = evaluator.run(None, feeds)
-            return tuple(torch.from_numpy(np.asarray(o, dtype=np.float64 if self.fp64 and np.asarray(o).dtype.kind == "f" else None))
-                         for o in outs)
-
-    return OnnxReference()
 
 
 def _function_module(fn):

@@ -30,6 +30,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from cuvil_mlir.core.diagnostics import ImportError_, require_file
 from cuvil_mlir.core.ir import elements_attr, ir, passmanager
 
@@ -74,6 +76,29 @@ class OnnxModel:
     @property
     def output_names(self) -> list[str]:
         return [o.name for o in self.proto.graph.output]
+
+
+def input_specs(loaded: OnnxModel) -> list[tuple[tuple[int, ...], str, int | None]]:
+    """(shape, numpy dtype, None) of each graph input, for generating inputs; a symbolic or
+    unknown dim is an error naming the input and the dim (the caller must give inputs)."""
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    initializers = {t.name for t in loaded.proto.graph.initializer}
+    specs = []
+    for value in loaded.proto.graph.input:
+        if value.name in initializers:
+            continue
+        if not value.type.HasField("tensor_type"):
+            raise ImportError_(f"input '{value.name}' of the ONNX model is not a tensor; only tensor inputs are supported")
+        tensor = value.type.tensor_type
+        shape = []
+        for i, d in enumerate(tensor.shape.dim):
+            if not d.HasField("dim_value"):
+                raise ImportError_(f"input '{value.name}' of the ONNX model has the symbolic dim "
+                                   f"'{d.dim_param or '?'}' (dim {i}): give the inputs (--input X.npy) to fix its size")
+            shape.append(int(d.dim_value))
+        specs.append((tuple(shape), str(np.dtype(tensor_dtype_to_np_dtype(tensor.elem_type))), None))
+    return specs
 
 
 def is_onnx_model(model) -> bool:
