@@ -905,4 +905,49 @@ def _scale_after_mask(rng):
     return (lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) + m) * 0.25, dim=-1) @ v), (q, k, v, mask)
 
 
+
+def _torch_onnx_sdpa(rng, *, mask_input: bool):
+    """scaled_dot_product_attention as torch.onnx exports it (opset 18+), as an ONNX model:
+    q and kᵀ each scaled by sqrt(scale), kᵀ as Reshape / Transpose / Reshape, a mask added,
+    Softmax, the NaN guard (IsNaN, Where 0), MatMul by v. The mask: a constant causal triangle
+    of -inf, or (``mask_input``) an additive float mask input."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    b, h, length, d = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 9)), int(rng.choice([8, 16]))
+    scale = np.array(float(rng.uniform(0.5, 1.0)) / math.sqrt(math.sqrt(d)), np.float32)
+    init = {"s": scale, "flat": np.array([b * h, length, d], np.int64), "back": np.array([b, h, d, length], np.int64),
+            "zero": np.array(0.0, np.float32)}
+    shape = [b, h, length, d]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qkv"]
+    if mask_input:
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [b, 1, length, length]))
+    else:
+        init["mask"] = np.triu(np.full((length, length), -np.inf, np.float32), 1)
+    nodes = [helper.make_node("Mul", ["q", "s"], ["qs"]), helper.make_node("Reshape", ["k", "flat"], ["kf"]),
+             helper.make_node("Transpose", ["kf"], ["kft"], perm=[0, 2, 1]), helper.make_node("Reshape", ["kft", "back"], ["kt"]),
+             helper.make_node("Mul", ["kt", "s"], ["kts"]), helper.make_node("MatMul", ["qs", "kts"], ["scores"]),
+             helper.make_node("Add", ["scores", "mask"], ["masked"]), helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["pg"]),
+             helper.make_node("MatMul", ["pg", "v"], ["out"])]
+    graph = helper.make_graph(nodes, "main", inputs, [helper.make_tensor_value_info("out", TensorProto.FLOAT, shape)],
+                              [numpy_helper.from_array(a, n) for n, a in init.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    args = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    if mask_input:
+        args.append(np.where(rng.random((b, 1, length, length)) < 0.3, -np.inf, 0.0).astype(np.float32))
+    return model, tuple(args)
+
+
+@patterns.example("attention")
+def _torch_onnx_causal_sdpa(rng):
+    return _torch_onnx_sdpa(rng, mask_input=False)
+
+
+@patterns.example("attention", matches=False)
+def _torch_onnx_sdpa_input_mask(rng):
+    """The NaN guard with a mask input that may remove a whole row: left alone."""
+    return _torch_onnx_sdpa(rng, mask_input=True)
+
+
 PASS = patterns

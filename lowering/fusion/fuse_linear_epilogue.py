@@ -548,6 +548,29 @@ def _gpt2_conv1d_new_gelu(rng):
     return _program(rng, body, rank=3)
 
 
+@patterns.example("gelu_formula_epilogue", rtol=_GELU_TANH_RTOL)
+def _onnx_matmul_new_gelu(rng):
+    """GPT-2's MLP as torch.onnx exports it: MatMul + Add, then NewGELU with its constants as
+    0-d tensors (Mul / Pow / Add / Tanh nodes)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    k, n, rows = _dim(rng, 1, 24), _dim(rng, 1, 20), _dim(rng, 1, 4)
+    consts = {"w": (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32), "b": rng.standard_normal(n).astype(np.float32),
+              "half": np.array(0.5, np.float32), "three": np.array(3.0, np.float32), "c": np.array(0.044715, np.float32),
+              "s": np.array(math.sqrt(2 / math.pi), np.float32), "one": np.array(1.0, np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["y"]),
+             helper.make_node("Mul", ["y", "half"], ["hy"]), helper.make_node("Pow", ["y", "three"], ["y3"]),
+             helper.make_node("Mul", ["y3", "c"], ["cy3"]), helper.make_node("Add", ["y", "cy3"], ["inner"]),
+             helper.make_node("Mul", ["inner", "s"], ["arg"]), helper.make_node("Tanh", ["arg"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["bracket"]), helper.make_node("Mul", ["hy", "bracket"], ["out"])]
+    graph = helper.make_graph(nodes, "main", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, k])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, rows, n])],
+                              [numpy_helper.from_array(a, name) for name, a in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, (rng.standard_normal((1, rows, k)).astype(np.float32),)
+
+
 @patterns.example("gelu_formula_epilogue", matches=False)
 def _gelu_formula_with_wrong_constant(rng):
     import torch
