@@ -294,3 +294,44 @@ def test_cli_compare_checks_against_the_onnx_reference(tmp_path, capsys):
     assert data["reference"]["name"].startswith(("onnxruntime", "onnx.reference"))
     assert {e["status"] for e in data["entries"]} == {"ok"}
     assert not [e for e in data["entries"] if e["kind"] == "competitor"]
+
+
+# ---------------------------------------------------------------------------------------
+# Exported models: torch.onnx.export and torch.export make the same Cuvil ops
+
+
+def _fused_ops(model, args=()) -> dict:
+    import re
+    from collections import Counter
+
+    text = cuvil_mlir.lower(model, args, stage="fused")
+    ops = Counter()
+    for op, attrs in re.findall(r'"cuvil\.(\w+)"\([^)]*\)\s*(\{[^}]*\})?', text):
+        detail = re.search(r'(?:activation|kind) = "(\w+)"', attrs or "")
+        ops[f"{op}[{detail.group(1)}]" if detail and detail.group(1) != "none" else op] += 1
+    return dict(ops)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["transformer", "gpt2", "bert"])
+def test_torch_onnx_export_makes_the_same_cuvil_ops(name, tmp_path):
+    """examples/models.py's models exported with torch.onnx.export: the same fused Cuvil ops as
+    their torch.export form (linear epilogues, norms, attention), and the same numbers."""
+    pytest.importorskip("onnxscript")
+    import contextlib
+    import io
+
+    import models
+    import torch
+
+    model, inputs = models.E2E_MODELS[name]()
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    path = tmp_path / f"{name}.onnx"
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(model.eval(), inputs, str(path), dynamo=True)
+    assert _fused_ops(str(path)) == _fused_ops(model, inputs)
+    with torch.no_grad():
+        ref = model(*inputs)
+    ref = (ref if isinstance(ref, torch.Tensor) else ref[0]).numpy()
+    got = np.asarray(cuvil_mlir.compile(str(path))(*[x.numpy() for x in inputs]))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
