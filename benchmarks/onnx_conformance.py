@@ -156,7 +156,11 @@ def _as_arrays(values) -> list:
     """numpy scalars (the reference data has them for 0-d tensors) as 0-d arrays."""
     import numpy as np
 
-    return [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
+    from onnx import numpy_helper
+
+    # TensorProtos carry dtypes numpy lacks (float8, int4, ...): ml_dtypes arrays
+    return [np.asarray(v) if isinstance(v, np.generic) else
+            numpy_helper.to_array(v) if type(v).__name__ == "TensorProto" else v for v in values]
 
 
 def _inputs_supported(inputs) -> str | None:

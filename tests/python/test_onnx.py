@@ -210,6 +210,16 @@ def test_symbolic_dims_without_inputs_are_named_by_compare():
         compare(_linear_model(batch="batch"), repetitions=0)
 
 
+def test_scalar_inputs_stay_scalars():
+    """0-d inputs (Clip's min and max) reach the module as 0-d arrays."""
+    model = _model([helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="clip")],
+                   [("x", [3, 4]), ("lo", []), ("hi", [])], [("y", [3, 4])])
+    compiled = cuvil_mlir.compile(model)
+    assert [s["shape"] for s in compiled.metadata["signature"]["inputs"]] == [[3, 4], [], []]
+    x = _rand(3, 4)
+    np.testing.assert_array_equal(np.asarray(compiled(x, np.array(-0.5, np.float32), np.array(0.5, np.float32))), np.clip(x, -0.5, 0.5))
+
+
 # ---------------------------------------------------------------------------------------
 # Bad input
 
