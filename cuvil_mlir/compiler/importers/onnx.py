@@ -313,18 +313,15 @@ def _run(module: ir.Module, pipeline: str, loaded: OnnxModel) -> None:
         try:
             passmanager.PassManager.parse(pipeline).run(module.operation)
         except ir.MLIRError as e:
-            raise ImportError_(f"torch-mlir could not lower {where} to the torch dialect: "
-                               f"{_diagnostics(e, loaded)}") from e
-
-
-def _diagnostics(e, loaded: OnnxModel) -> str:
-    text = " ".join(str(d.message) for d in getattr(e, "error_diagnostics", [])) or str(e)
-    lines = [_short(text)]
-    if loaded.symbolic_dims and re.search(r"dynamic|\?|shape", text):
-        dims = sorted({d for dims in loaded.symbolic_dims.values() for d in dims if d != "?"})
-        lines.append(f"(the model has symbolic dims {', '.join(dims)}; fix them with "
-                     "onnx.tools.update_model_dims or export with static shapes)")
-    return " ".join(lines)
+            text = " ".join(str(d.message) for d in getattr(e, "error_diagnostics", [])) or str(e)
+            message = f"torch-mlir could not lower {where} to the torch dialect: {_short(text)}"
+            dims = sorted({d for dims in loaded.symbolic_dims.values() for d in dims if d != "?"})
+            if loaded.symbolic_dims and re.search(r"dynamic|\?|shape|dim", text):
+                named = f"symbolic dims {', '.join(dims)}" if dims else "unknown dims"
+                raise SymbolicDimError(f"{message} (the model's inputs have {named}; fix them with "
+                                       "onnx.tools.update_model_dims.update_inputs_outputs_dims, or export with static "
+                                       "shapes)") from e
+            raise ImportError_(message) from e
 
 
 def _opset(proto) -> int:
