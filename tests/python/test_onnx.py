@@ -193,6 +193,20 @@ def test_external_data_is_read_from_the_model_folder(tmp_path):
         cuvil_mlir.compile(str(path))
 
 
+def test_models_above_protobufs_limit_take_file_based_shape_inference(monkeypatch):
+    """Above 2 GB, checking and shape inference go through files (the limit lowered here)."""
+    from cuvil_mlir.compiler.importers import onnx as onnx_importer
+
+    monkeypatch.setattr(onnx_importer, "_PROTOBUF_LIMIT", 64)
+    model = _linear_model()
+    w, b = (numpy_helper.to_array(t) for t in model.graph.initializer)
+    loaded = onnx_importer.load_model(model)
+    assert {v.name for v in loaded.proto.graph.value_info} == {"mm"}  # inferred
+    assert all(t.data_location == 0 for t in loaded.proto.graph.initializer)
+    x = _rand(2, 3, 8)
+    np.testing.assert_allclose(np.asarray(cuvil_mlir.compile(loaded)(x)), x @ w + b, rtol=1e-5, atol=1e-5)
+
+
 def test_symbolic_batch_dim_is_dynamic():
     model = _linear_model(batch="batch")
     compiled = cuvil_mlir.compile(model)
