@@ -409,6 +409,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: cuvil, plain-iree")
     parser.add_argument("--filter", help="only cases whose name matches this regex")
+    parser.add_argument("--names-file", help="only the cases named in this file (one per line), e.g. to rerun failures")
     parser.add_argument("--sample", type=int, help="a random sample of N cases (seeded)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case, all backends (default 60)")
@@ -444,6 +445,9 @@ def main(argv=None) -> int:
     from cuvil_mlir.core.versions import versions
 
     cases = collect(args.filter, args.sample, args.seed)
+    if args.names_file:
+        wanted = {line.strip() for line in Path(args.names_file).read_text().splitlines() if line.strip()}
+        cases = [c for c in cases if c.name in wanted]
     start = time.perf_counter()
     results = []
     for i, case in enumerate(cases):
@@ -471,9 +475,10 @@ def main(argv=None) -> int:
 def _write(args, backends, cases, results, wall, partial: bool = False):
     from cuvil_mlir.core.versions import versions
 
-    selection = "all node tests" if not (args.filter or args.sample) else \
+    selection = "all node tests" if not (args.filter or args.sample or args.names_file) else \
         ", ".join(x for x in (f"filter {args.filter!r}" if args.filter else "",
-                              f"sample {args.sample} (seed {args.seed})" if args.sample else "") if x)
+                              f"sample {args.sample} (seed {args.seed})" if args.sample else "",
+                              f"the {len(cases)} cases named in {args.names_file}" if args.names_file else "") if x)
     if partial:
         selection += f"; PARTIAL: {len(results)} of {len(cases)} run so far"
     report = {
@@ -486,7 +491,7 @@ def _write(args, backends, cases, results, wall, partial: bool = False):
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = args.name or f"onnx-conformance-{report['date'][:10]}" + ("-sample" if args.sample or args.filter else "")
+    stem = args.name or f"onnx-conformance-{report['date'][:10]}" + ("-sample" if args.sample or args.filter or args.names_file else "")
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / f"{stem}.md").write_text(_markdown(report))
     return report, out / stem

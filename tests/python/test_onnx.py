@@ -267,6 +267,14 @@ def test_unsupported_op_names_op_node_and_opset():
     assert e.value.ops == [("Frobnicate", "the_node")]
 
 
+def test_op_in_an_unsupported_form_names_op_and_node():
+    """An op torch-mlir lowers only in some forms (a one-sided DFT here): named with its node."""
+    model = _model([helper.make_node("DFT", ["x", "", "axis"], ["y"], onesided=1, name="the_dft")],
+                   [("x", [1, 10, 10, 1])], [("y", [1, 6, 10, 2])], {"axis": np.array(1, np.int64)}, opset=20)
+    with pytest.raises(UnsupportedOnnxOp, match=r"cannot convert ONNX op DFT \(node 'the_dft'\) in this form at opset 20"):
+        cuvil_mlir.compile(model)
+
+
 # ---------------------------------------------------------------------------------------
 # The CLI
 

@@ -244,7 +244,17 @@ def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = 
 
 def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS) -> None:
     """Steps 3 and 4: onnx.* operators -> aten ops -> the torch backend contract."""
-    _run(module, "builtin.module(func.func(convert-torch-onnx-to-torch))", loaded)
+    try:
+        _run(module, "builtin.module(func.func(convert-torch-onnx-to-torch))", loaded)
+    except ImportError_ as e:
+        # an op whose lowering exists but does not take this form (attributes, types, regions)
+        failed = re.findall(r'name = "onnx\.(\w+)"', e.message)
+        if "failed to legalize operation 'torch.operator'" not in e.message or not failed:
+            raise
+        node = getattr(e, "node", "") or "?"
+        raise UnsupportedOnnxOp(
+            f"torch-mlir's ONNX lowering cannot convert ONNX op {failed[0]} (node '{node}') in this form at opset "
+            f"{_opset(loaded.proto)}: {e.message.split(': ', 1)[-1]}", ops=[(failed[0], node)]) from e.__cause__
     left = unconverted_ops(module)
     if left:
         opset = _opset(loaded.proto)
@@ -321,7 +331,10 @@ def _run(module: ir.Module, pipeline: str, loaded: OnnxModel) -> None:
                 raise SymbolicDimError(f"{message} (the model's inputs have {named}; fix them with "
                                        "onnx.tools.update_model_dims.update_inputs_outputs_dims, or export with static "
                                        "shapes)") from e
-            raise ImportError_(message) from e
+            error = ImportError_(message)
+            locations = [d.location for d in getattr(e, "error_diagnostics", [])]
+            error.node = _node_name(locations[0]) if locations else ""
+            raise error from e
 
 
 def _opset(proto) -> int:
