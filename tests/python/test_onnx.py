@@ -202,6 +202,7 @@ def test_models_above_protobufs_limit_take_file_based_shape_inference(monkeypatc
     w, b = (numpy_helper.to_array(t) for t in model.graph.initializer)
     loaded = onnx_importer.load_model(model)
     assert {v.name for v in loaded.proto.graph.value_info} == {"mm"}  # inferred
+    np.testing.assert_array_equal(numpy_helper.to_array(model.graph.initializer[0]), w)  # the caller's model intact
     assert all(t.data_location == 0 for t in loaded.proto.graph.initializer)
     x = _rand(2, 3, 8)
     np.testing.assert_allclose(np.asarray(cuvil_mlir.compile(loaded)(x)), x @ w + b, rtol=1e-5, atol=1e-5)

@@ -156,7 +156,7 @@ def _load_external_data(proto, base: Path, path: Path) -> None:
         location = next((e.value for e in tensor.external_data if e.key == "location"), "")
         if not (base / location).is_file():
             raise ImportError_(f"{path}: the external data of tensor '{tensor.name}' is not there: {base / location} "
-                               "(pass data_dir= / --data-dir for another folder)")
+                               "(load_model(path, data_dir=...) reads it from another folder)")
         try:
             load_external_data_for_tensor(tensor, str(base))
         except Exception as e:
@@ -188,6 +188,7 @@ def _checked_and_inferred(onnx, proto, path, *, big: bool):
             raise ImportError_(f"ONNX check / shape inference failed on {where}: {_short(e)}") from e
         result = onnx.load(str(inferred), load_external_data=False)
         _load_external_data(result, Path(tmp), inferred)
+        _load_external_data(proto, Path(tmp), raw)  # onnx.save moved the caller's weights out: back in
         return result
 
 
