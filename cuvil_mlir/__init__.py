@@ -14,7 +14,8 @@ from cuvil_mlir.core.versions import __version__
 
 def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns=(), disabled_passes=(), disabled_patterns=(),
             precision: str = "fp32", calibration=None, cache=False):
-    """Compile an ``nn.Module`` (with example ``args``), an ``ExportedProgram`` or a ``.pt2`` path.
+    """Compile an ``nn.Module`` (with example ``args``), an ``ExportedProgram``, a ``.pt2`` path, or an
+    ONNX model (a ``.onnx`` path or an ``onnx.ModelProto``: docs/onnx.md).
 
     Returns a ``CompiledModel``. ``patterns`` are extra ``PatternSet``s run after raising;
     ``disabled_passes`` names passes to skip; ``disabled_patterns`` names single patterns to

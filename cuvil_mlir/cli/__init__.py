@@ -1,7 +1,7 @@
 """The command line: ``cuvil`` (compile, run, inspect, passes, targets, compare, bench,
 check-patterns, accuracy) and ``cuvil-opt`` (passes on IR files: cuvil_mlir/cli/opt.py).
 
-    cuvil compile model.pt2 -o model.cuvilpkg [--target cpu] [-O3] [--emit cuvil] [--patterns my.py]
+    cuvil compile model.pt2|model.onnx -o model.cuvilpkg [--target cpu] [-O3] [--emit cuvil] [--patterns my.py]
     cuvil run model.cuvilpkg --input x.npy [--output y.npy]
     cuvil inspect model.cuvilpkg [--json]
     cuvil passes

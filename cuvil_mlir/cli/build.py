@@ -15,10 +15,11 @@ from cuvil_mlir.core.diagnostics import CuvilError, InputError, require_file
 
 def add_parsers(sub, common) -> None:
     """Add this group's commands to ``sub`` (the subparsers of ``cuvil``); ``common``: the parent parser of every command."""
-    p = sub.add_parser("compile", parents=[common], help="compile a .pt2 model into a .cuvilpkg",
-                       description="Compile a model saved with torch.export.save into a .cuvilpkg, "
+    p = sub.add_parser("compile", parents=[common], help="compile a .pt2 or .onnx model into a .cuvilpkg",
+                       description="Compile a model saved with torch.export.save (or an ONNX model) into a .cuvilpkg, "
                        "or print the IR of one stage with --emit.")
-    p.add_argument("model", metavar="MODEL.pt2", help="a .pt2 file written by torch.export.save")
+    p.add_argument("model", metavar="MODEL", help="a .pt2 file written by torch.export.save, or a .onnx file "
+                   "(external data next to it; docs/onnx.md)")
     p.add_argument("-o", "--output", metavar="OUT", help="the .cuvilpkg to write (with --emit: the IR file; default stdout)")
     p.add_argument("--target", default="cpu",
                    help="target(s), comma-separated in preference order: cpu, cpu:znver4, vmvx, cpu,vmvx (default: cpu)")

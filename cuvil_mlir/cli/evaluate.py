@@ -20,8 +20,8 @@ def add_parsers(sub, common) -> None:
                        "has a device, and show compile time, latency and errors against a reference side by side "
                        "(docs/harness.md). Exits 1 when a Cuvil entry fails or does not match the reference.")
     p.add_argument("model", metavar="MODEL", nargs="?",
-                   help="a .pt2 file written by torch.export.save, or FILE.py:FACTORY / package.module:FACTORY "
-                   "(a function returning (model, inputs)); not with --from")
+                   help="a .pt2 file written by torch.export.save, a .onnx file (checked against onnxruntime), or "
+                   "FILE.py:FACTORY / package.module:FACTORY (a function returning (model, inputs)); not with --from")
     p.add_argument("--targets", default="cpu", help="targets, comma-separated (default: cpu); those without a device are skipped")
     p.add_argument("--build-only", metavar="DIR", help="only compile: write one .cuvilpkg per entry, the inputs, the reference "
                    "outputs and a manifest into DIR, to run elsewhere with --from DIR (no device needed here)")

@@ -29,7 +29,7 @@ from cuvil_mlir.core.versions import versions
 from cuvil_mlir.runtime.compiled import CompiledModel
 from cuvil_mlir.compiler.context import make_context
 from cuvil_mlir.core.diagnostics import CompileError, CuvilError
-from cuvil_mlir.compiler.importers import fx
+from cuvil_mlir.compiler.importers import fx, onnx
 from cuvil_mlir.core.ir import module_to_bytecode, module_to_text, parse_module
 from cuvil_mlir.lowering import builtin_registry
 from cuvil_mlir.runtime.package import PackagedModule
@@ -78,9 +78,11 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
 
     # import: torch-mlir's FX importer -> torch dialect (value semantics, weights as literals)
     start = time.perf_counter()
-    program = fx.to_exported_program(model, args)
     ctx = make_context()
-    module = fx.import_program(program, ctx)
+    if onnx.is_onnx_model(model):  # a .onnx path or ModelProto: torch-mlir's ONNX importer
+        module = onnx.import_model(model, ctx)
+    else:
+        module = fx.import_program(fx.to_exported_program(model, args), ctx)
     signature = signature_of(module)
     import_seconds = time.perf_counter() - start
     if emit == IMPORT_STAGE:
@@ -105,8 +107,10 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     options = options or Options()
     targets = parse_targets(options.target, opt_level=options.opt_level)
     start = time.perf_counter()
-    program = fx.to_exported_program(model, args)
-    module = fx.import_program(program, make_context(), kept_ops=())
+    if onnx.is_onnx_model(model):
+        module = onnx.import_model(model, make_context(), kept_ops=())
+    else:
+        module = fx.import_program(fx.to_exported_program(model, args), make_context(), kept_ops=())
     signature = signature_of(module)
     import_seconds = time.perf_counter() - start
 

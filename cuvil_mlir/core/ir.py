@@ -85,12 +85,14 @@ def elements_attr(array, dtype: str) -> ir.Attribute:
     if dtype == "bf16":
         import ml_dtypes
 
+        shape = list(np.shape(array))  # ascontiguousarray makes a 0-d array 1-d: keep the shape
         bits = np.ascontiguousarray(np.asarray(array).astype(ml_dtypes.bfloat16)).view(np.uint16)
-        return ir.DenseElementsAttr.get(bits, type=_element_type("bf16"), shape=list(bits.shape))
+        return ir.DenseElementsAttr.get(bits, type=_element_type("bf16"), shape=shape)
     from cuvil_mlir.core.tensor_types import MLIR_TO_NUMPY
 
+    shape = list(np.shape(array))
     arr = np.ascontiguousarray(np.asarray(array).astype(MLIR_TO_NUMPY[dtype]))
-    return ir.DenseElementsAttr.get(arr, type=_element_type(dtype), shape=list(arr.shape))
+    return ir.DenseElementsAttr.get(arr, type=_element_type(dtype), shape=shape)
 
 
 def elements_array(attr: ir.Attribute):

@@ -19,6 +19,7 @@ TORCH_TO_MLIR = {
 MLIR_TO_NUMPY = {
     "f32": "float32", "f16": "float16", "f64": "float64", "bf16": "bfloat16",
     "si64": "int64", "si32": "int32", "si16": "int16", "si8": "int8", "ui8": "uint8", "i1": "bool",
+    "ui16": "uint16", "ui32": "uint32", "ui64": "uint64",  # ONNX models have them
 }
 NUMPY_TO_MLIR = {v: k for k, v in MLIR_TO_NUMPY.items()}
 # torch's ScalarType numbers: the dtype operand of prims.convert_element_type / aten.to.dtype

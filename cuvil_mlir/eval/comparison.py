@@ -13,7 +13,7 @@ from cuvil_mlir.eval.entries import (
     Baseline, Expected, add_deltas, build_competitors, build_cuvil, competitor_devices, entry_name, entry_notes,
     time_interleaved,
 )
-from cuvil_mlir.eval.inputs import make_input_sets, normalize_model, reference_outputs
+from cuvil_mlir.eval.inputs import make_input_sets, normalize_model, reference_outputs, without_torch_competitors
 from cuvil_mlir.eval.measure import TimingSettings
 from cuvil_mlir.eval.progress import Progress
 from cuvil_mlir.eval.report import Report, loadavg, machine_info
@@ -48,7 +48,9 @@ def compare_plan(model, inputs, plan: Plan, baseline: Baseline, timing: TimingSe
                  progress: bool = False) -> Report:
     """``compare`` with its settings grouped: what to build, what to measure against, how to time."""
     program, eager, model_name = normalize_model(model, inputs)
+    baseline, onnx_notes = without_torch_competitors(eager, baseline)
     sets, input_info, input_notes = make_input_sets(program, inputs, timing.input_sets, seed)
+    input_notes = [*input_notes, *onnx_notes]
     load_at_start = loadavg()
 
     with Progress(progress) as bar:

@@ -23,8 +23,14 @@ def normalize_model(model, inputs):
     """(ExportedProgram, the eager callable, a name for the report)."""
     import torch
 
-    from cuvil_mlir.compiler.importers import fx
+    from cuvil_mlir.compiler.importers import fx, onnx
 
+    if onnx.is_onnx_model(model):  # the reference is onnxruntime (or onnx.reference), not torch
+        from cuvil_mlir.eval.onnx_reference import OnnxReference
+
+        loaded = onnx.load_model(model)
+        name = Path(model).name if isinstance(model, (str, os.PathLike)) else "ONNX model"
+        return loaded, OnnxReference(loaded), name
     if isinstance(model, torch.nn.Module):
         if inputs is None:
             raise CuvilError(f"compare: an nn.Module ({type(model).__name__}) needs example inputs, e.g. compare(model, (x,))")
@@ -69,7 +75,11 @@ def program_input_specs(program) -> list[tuple[tuple[int, ...], str, int | None]
     """(shape, numpy dtype, integer high) of each user input of an ExportedProgram. Shapes come
     from its example inputs when it carries them (torch.export.save keeps them), else from its
     signature; ``high`` is 1 + the example's largest value for integer inputs (token ids and
-    indices stay in range), else None."""
+    indices stay in range), else None. An ONNX model's come from its graph inputs."""
+    from cuvil_mlir.compiler.importers.onnx import OnnxModel, input_specs
+
+    if isinstance(program, OnnxModel):
+        return input_specs(program)
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     examples = list(program.example_inputs[0]) if getattr(program, "example_inputs", None) else []
     specs = []
@@ -144,6 +154,8 @@ def reference_outputs(reference, eager, program, sets, *, opt_level: int = 3):
         fp64 = reference == "torch-fp64"
         module = copy.deepcopy(eager).double() if fp64 else eager
         outs = [_call_torch(module, s, fp64=fp64) for s in sets]
+        if hasattr(eager, "runtime"):  # an ONNX model's: eval.onnx_reference
+            return outs, {"kind": reference, "name": eager.name + (" float64" if fp64 else ""), "device": "cpu"}
         return outs, {"kind": reference, "name": "torch eager (cpu, float64)" if fp64 else "torch eager (cpu)",
                       "device": "cpu", "torch": torch.__version__}
     if isinstance(reference, str):
@@ -181,3 +193,15 @@ def leaves(out) -> list:
 def as_list(out) -> list:
     """A call's result as a list of outputs (IREE returns a tuple for several, the value for one)."""
     return list(out) if isinstance(out, tuple) else [out]
+
+
+def without_torch_competitors(eager, baseline):
+    """An ONNX model has no PyTorch program to time: its baseline without competitors, and the
+    note that says so (else the baseline as it is, no note)."""
+    import dataclasses
+
+    if not hasattr(eager, "runtime") or not baseline.competitors:
+        return baseline, []
+    note = (f"competitors {', '.join(baseline.competitors)} skipped: the model is an ONNX model "
+            f"(its reference runs on {eager.name})")
+    return dataclasses.replace(baseline, competitors=()), [note]

@@ -624,7 +624,7 @@ def _build(example: Example, seed: int):
         if not isinstance(a, (torch.Tensor, np.ndarray)):
             raise CuvilError(f"example '{example.name}': argument {i} is a {type(a).__name__}; the checker needs tensors "
                              "(bake other values into the program)")
-    if not (isinstance(program, torch.nn.Module) or callable(program)):
+    if not (isinstance(program, torch.nn.Module) or callable(program) or _is_onnx(program)):
         raise CuvilError(f"example '{example.name}': the program must be an nn.Module or a function, got {type(program).__name__}")
     return program, tuple(to_numpy(a) for a in args)
 
@@ -636,9 +636,18 @@ def _import(program, args):
     from cuvil_mlir.compiler.context import make_context
     from cuvil_mlir.compiler.importers import fx
 
+    if _is_onnx(program):  # an ONNX model: its own importer; onnx's reference evaluator is "eager"
+        from cuvil_mlir.compiler.importers import onnx as onnx_importer
+        from cuvil_mlir.eval.onnx_reference import OnnxReference
+
+        return onnx_importer.import_model(program, make_context()), OnnxReference(program, runtime="onnx.reference")
     module = program if isinstance(program, torch.nn.Module) else _function_module(program)
     exported = fx.to_exported_program(module, tuple(to_torch(a) for a in args))
     return fx.import_program(exported, make_context()), module
+
+
+def _is_onnx(program) -> bool:
+    return type(program).__name__ == "ModelProto" and type(program).__module__.startswith("onnx")
 
 
 def _function_module(fn):

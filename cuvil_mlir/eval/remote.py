@@ -22,7 +22,7 @@ from cuvil_mlir.eval.entries import (
     Baseline, Expected, add_deltas, build_competitors, check_entry, competitor_devices, competitor_names, entry_name,
     entry_notes, place_on_device, record_compile, time_interleaved,
 )
-from cuvil_mlir.eval.inputs import load_model_spec, make_input_sets, normalize_model, reference_outputs
+from cuvil_mlir.eval.inputs import load_model_spec, make_input_sets, normalize_model, reference_outputs, without_torch_competitors
 from cuvil_mlir.eval.measure import TimingSettings, finite, wall_clock
 from cuvil_mlir.eval.progress import Progress
 from cuvil_mlir.eval.report import SCHEMA_VERSION, Entry, Report, loadavg, machine_info
@@ -47,7 +47,9 @@ def build_only(model, inputs=None, *, out_dir: str | os.PathLike, model_spec: st
     plan = Plan.parse(targets, configs, opt_level=opt_level, patterns=patterns)
     baseline = Baseline.parse(reference, competitors, tolerances)
     program, eager, model_name = normalize_model(model, inputs)
+    baseline, onnx_notes = without_torch_competitors(eager, baseline)
     sets, input_info, input_notes = make_input_sets(program, inputs, timing.input_sets, seed)
+    input_notes = [*input_notes, *onnx_notes]
     out = Path(out_dir)
     (out / "data").mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.cuvilpkg"):

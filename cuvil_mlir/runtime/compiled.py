@@ -82,6 +82,7 @@ class CompiledModel:
         if self._session is None and not self._failures:
             self.select()
         outputs = self._invoke(self.metadata.get("function", "main"), arrays)
+        outputs = [_as_declared(o, spec.dtype) for o, spec in zip(outputs, self.signature.outputs)] + outputs[len(self.signature.outputs):]
         if as_torch:
             outputs = [to_torch(o) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -171,3 +172,12 @@ def load(path: str | os.PathLike, prefer=None) -> CompiledModel:
     compiled = CompiledModel(modules, metadata, prefer=prefer)
     compiled.select()
     return compiled
+
+
+def _as_declared(array, dtype: str):
+    """An unsigned output IREE returns as the signed integer of its width (torch-mlir's ui64
+    is i64 to IREE) comes back as the signature's dtype: the same bits, viewed."""
+    if str(array.dtype) != dtype and dtype.startswith("uint") and array.dtype.kind == "i" \
+            and array.dtype.itemsize == np.dtype(dtype).itemsize:
+        return array.view(dtype)
+    return array

@@ -7,7 +7,8 @@ modules)::
     matmul      4-D and higher: view(bmm(view(a, [N, m, k]), view(b, [N, k, n])), [..., m, n]);
                 3-D: the same with identity views, or a bare bmm;  2-D: mm;  aten.matmul
     kᵀ          permute / transpose.int swapping the last two dims (aten.t in 2-D), possibly
-                broadcast over batch dims (broadcast_to / expand: the broadcast is kept on k)
+                broadcast over batch dims (broadcast_to / expand: the broadcast is kept on k);
+                or view(transpose(view(k, [N, s, d])), [..., d, s]) (torch.onnx's SDPA)
     scale       mul.Scalar / div.Scalar, or mul.Tensor / div.Tensor by a one-element literal, on
                 the scores, on q or on k (all multiplied); none means 1
     mask        after the scale: add.Tensor of a float mask (either order); masked_fill.Scalar /
@@ -16,6 +17,9 @@ modules)::
     softmax     over the last dim: softmax.int, _softmax, or max.dim/amax, sub, exp, sum, div;
                 with HF's upcast (to fp32 before, back to the input dtype after) dropped
     dropout     aten.dropout with train=false is skipped (export removes it in eval anyway)
+    NaN guard   where(p != p, 0, p) after the softmax (torch.onnx's SDPA) is dropped where no
+                row can be wholly masked: no mask, constant masks that keep a key in every
+                row (causal), or masks with a finite fill (finfo.min); else nothing fires
 
 A mask that folds to a constant (HF's masking utils, a sliced ``tril`` buffer, ``triu(ones)``
 compares; see lowering/common.py ``fold``) is classified: all-keep masks are dropped, a top-left-aligned lower
@@ -58,6 +62,7 @@ class _Match:
         self.q, self.k, self.v = q, k, None
         self.scale = scale
         self.masks = []  # (kind, value, fill): kind "add" | "keep" | "drop"
+        self.nan_guard = False  # where(p != p, 0, p) after the softmax
         self.ops = ops  # the ops the attention replaces
         self.k_broadcast = k_broadcast  # k's shape after the broadcast that kᵀ carried
 
@@ -72,6 +77,8 @@ def attention(op, rewriter):
     if m is None:
         return None
     causal, masks = _classify_masks(m)
+    if m.nan_guard and not all(_keeps_every_row(m, *mask) for mask in masks):
+        return None  # a row the mask may wholly remove: softmax gives NaN there, the guard 0
     return _build(m, op, causal, masks)
 
 
@@ -84,14 +91,16 @@ def _match(root) -> _Match | None:
     if mm is None:
         return None
     p, v, mm_ops = mm
-    soft = _softmax(_skip_dropout(p))
+    guarded, guard_ops = _nan_guarded(_skip_dropout(p))
+    soft = _softmax(guarded)
     if soft is None:
         return None
     x, soft_ops = soft
     m = _scores(x)
     if m is None:
         return None
-    m.v, m.ops = v, [*m.ops, *soft_ops, *mm_ops]
+    m.v, m.ops = v, [*m.ops, *soft_ops, *guard_ops, *mm_ops]
+    m.nan_guard = bool(guard_ops)
     if defining_op(p, "torch.aten.dropout") is not None:
         m.ops.append(defining_op(p))
     if not _fits(m, root) or not uses_inside(m.ops, root):
@@ -136,6 +145,22 @@ def _flattened_bmm(view):
     if out.shape != (*ta.shape[:-1], tb.shape[-1]):
         return None
     return a, b, [view, bmm, fa, fb]
+
+
+def _nan_guarded(value):
+    """(p, ops) for value = where(p != p, 0, p) (torch.onnx's SDPA zeroes the NaN rows a
+    fully masked softmax gives), else (value, [])."""
+    where = defining_op(value, "torch.aten.where.self")
+    if where is None:
+        return value, []
+    cond, zero, p = where.operands
+    ne = defining_op(cond, "torch.aten.ne.Tensor")
+    arr = literal_array(zero) if info(zero) is not None else None
+    if ne is None or list(ne.operands) != [p, p] or arr is None or arr.size != 1 or float(arr.reshape(-1)[0]) != 0.0:
+        return value, []
+    if info(p) != info(value):
+        return value, []
+    return p, [where, ne]
 
 
 def _skip_dropout(value):
@@ -329,14 +354,40 @@ def _untransposed(kt):
         kt = b.operands[0]
     kt, outer = _unscaled(kt)
     t = defining_op(kt, ("torch.aten.permute", "torch.aten.transpose.int", "torch.aten.t"))
-    if t is None or not _swaps_last_two(t):
-        return None
-    k, inner = _unscaled(t.operands[0])
+    if t is not None and _swaps_last_two(t):
+        k = t.operands[0]
+    else:
+        k = _flattened_transpose(kt)
+        if k is None:
+            return None
+    k, inner = _unscaled(k)
     if shape is not None:
         if info(k).rank != len(shape):
             return None
         shape[-2:] = shape[-1], shape[-2]
     return k, shape, outer * inner
+
+
+def _flattened_transpose(kt):
+    """k for kt = view(transpose(view(k, [N, s, d]), 1, 2), [..., d, s]), N the product of k's
+    batch dims: kᵀ as torch.onnx's scaled_dot_product_attention writes it (after torch-mlir's
+    ONNX lowering of Reshape / Transpose / Reshape); static shapes only."""
+    outer = defining_op(kt, "torch.aten.view")
+    t = defining_op(outer.operands[0], ("torch.aten.transpose.int", "torch.aten.permute")) if outer is not None else None
+    if t is None or info(t.operands[0]) is None or info(t.operands[0]).rank != 3 or not _swaps_last_two(t):
+        return None
+    inner = defining_op(t.operands[0], "torch.aten.view")
+    if inner is None:
+        return None
+    k = inner.operands[0]
+    ks, flat, out = info(k), info(inner.result), info(kt)
+    if ks is None or out is None or ks.rank < 3 or not ks.is_static or not out.is_static:
+        return None
+    if list(flat.shape) != [math.prod(ks.shape[:-2]), *ks.shape[-2:]]:
+        return None
+    if list(out.shape) != [*ks.shape[:-2], ks.shape[-1], ks.shape[-2]]:
+        return None
+    return k
 
 
 def _swaps_last_two(t) -> bool:
@@ -387,6 +438,16 @@ def _classify_masks(m: _Match):
             continue
         rest.append((kind, value, fill))
     return causal, rest
+
+
+def _keeps_every_row(m: _Match, kind: str, value, fill) -> bool:
+    """No row of the scores is wholly masked by this term (so softmax has no NaN row): a
+    constant that keeps a key in every row, or a keep/drop mask with a finite fill."""
+    arr = _fold(value)
+    keep = None if arr is None else _keep_array(kind, arr, info(m.q).dtype)
+    if keep is not None:
+        return bool(np.all(np.any(keep, axis=-1))) if keep.ndim else bool(keep)
+    return kind != "add" and fill is not None and math.isfinite(fill)
 
 
 def _is_tril(keep, length: int, source: int) -> bool:
@@ -654,6 +715,51 @@ def _scale_after_mask(rng):
     q, k, v = _draw(rng)
     mask = torch.randn(1, 1, q.shape[-2], k.shape[-2])
     return (lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) + m) * 0.25, dim=-1) @ v), (q, k, v, mask)
+
+
+
+def _torch_onnx_sdpa(rng, *, mask_input: bool):
+    """scaled_dot_product_attention as torch.onnx exports it (opset 18+), as an ONNX model:
+    q and kᵀ each scaled by sqrt(scale), kᵀ as Reshape / Transpose / Reshape, a mask added,
+    Softmax, the NaN guard (IsNaN, Where 0), MatMul by v. The mask: a constant causal triangle
+    of -inf, or (``mask_input``) an additive float mask input."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    b, h, length, d = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 9)), int(rng.choice([8, 16]))
+    scale = np.array(float(rng.uniform(0.5, 1.0)) / math.sqrt(math.sqrt(d)), np.float32)
+    init = {"s": scale, "flat": np.array([b * h, length, d], np.int64), "back": np.array([b, h, d, length], np.int64),
+            "zero": np.array(0.0, np.float32)}
+    shape = [b, h, length, d]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qkv"]
+    if mask_input:
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [b, 1, length, length]))
+    else:
+        init["mask"] = np.triu(np.full((length, length), -np.inf, np.float32), 1)
+    nodes = [helper.make_node("Mul", ["q", "s"], ["qs"]), helper.make_node("Reshape", ["k", "flat"], ["kf"]),
+             helper.make_node("Transpose", ["kf"], ["kft"], perm=[0, 2, 1]), helper.make_node("Reshape", ["kft", "back"], ["kt"]),
+             helper.make_node("Mul", ["kt", "s"], ["kts"]), helper.make_node("MatMul", ["qs", "kts"], ["scores"]),
+             helper.make_node("Add", ["scores", "mask"], ["masked"]), helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["pg"]),
+             helper.make_node("MatMul", ["pg", "v"], ["out"])]
+    graph = helper.make_graph(nodes, "main", inputs, [helper.make_tensor_value_info("out", TensorProto.FLOAT, shape)],
+                              [numpy_helper.from_array(a, n) for n, a in init.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    args = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    if mask_input:
+        args.append(np.where(rng.random((b, 1, length, length)) < 0.3, -np.inf, 0.0).astype(np.float32))
+    return model, tuple(args)
+
+
+@patterns.example("attention")
+def _torch_onnx_causal_sdpa(rng):
+    return _torch_onnx_sdpa(rng, mask_input=False)
+
+
+@patterns.example("attention", matches=False)
+def _torch_onnx_sdpa_input_mask(rng):
+    """The NaN guard with a mask input that may remove a whole row: left alone."""
+    return _torch_onnx_sdpa(rng, mask_input=True)
 
 
 PASS = patterns

@@ -183,6 +183,11 @@ def _product(value, *, root: bool = False):
     if op is None or (not root and not has_one_use(value)) or info(value) is None:
         return 1.0, [value]
     if op.operation.name == "torch.aten.mul.Tensor":
+        for x, c in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
+            scalar = _one_element(c)  # ONNX's scalars: one-element constant tensors
+            if scalar is not None and scalar != 0.0 and info(x) == info(value):
+                inner, factors = _product(x)
+                return inner * scalar, factors
         ca, fa = _product(op.operands[0])
         cb, fb = _product(op.operands[1])
         return ca * cb, fa + fb
@@ -193,12 +198,24 @@ def _product(value, *, root: bool = False):
     return (c * scalar if op.operation.name == "torch.aten.mul.Scalar" else c / scalar), factors
 
 
+def _one_element(value) -> float | None:
+    """The value of a one-element constant tensor (a 0-d or [1] literal), else None."""
+    array = literal_array(value) if info(value) is not None else None
+    return float(array.reshape(-1)[0]) if array is not None and array.size == 1 and array.dtype.kind == "f" else None
+
+
 def _one_plus(value):
-    """x for ``add.Scalar(x, 1, 1)`` (1 + x written either way), else None."""
-    op = defining_op(value, "torch.aten.add.Scalar")
-    if op is None or not has_one_use(value) or not _close(const_float(op.operands[1]), 1.0) or const_float(op.operands[2]) != 1.0:
+    """x for ``add.Scalar(x, 1, 1)`` (1 + x written either way), or ``add.Tensor`` of x and a
+    one-element constant 1 (ONNX's form), else None."""
+    op = defining_op(value, ("torch.aten.add.Scalar", "torch.aten.add.Tensor"))
+    if op is None or not has_one_use(value) or const_float(op.operands[2]) != 1.0:
         return None
-    return op.operands[0]
+    if op.operation.name == "torch.aten.add.Scalar":
+        return op.operands[0] if _close(const_float(op.operands[1]), 1.0) else None
+    for x, one in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
+        if _close(_one_element(one), 1.0) and info(x) == info(value):
+            return x
+    return None
 
 
 def _scaled(value, coefficient: float):
@@ -524,6 +541,29 @@ def _gpt2_conv1d_new_gelu(rng):
         return _new_gelu(y)
 
     return _program(rng, body, rank=3)
+
+
+@patterns.example("gelu_formula_epilogue", rtol=_GELU_TANH_RTOL)
+def _onnx_matmul_new_gelu(rng):
+    """GPT-2's MLP as torch.onnx exports it: MatMul + Add, then NewGELU with its constants as
+    0-d tensors (Mul / Pow / Add / Tanh nodes)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    k, n, rows = _dim(rng, 1, 24), _dim(rng, 1, 20), _dim(rng, 1, 4)
+    consts = {"w": (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32), "b": rng.standard_normal(n).astype(np.float32),
+              "half": np.array(0.5, np.float32), "three": np.array(3.0, np.float32), "c": np.array(0.044715, np.float32),
+              "s": np.array(math.sqrt(2 / math.pi), np.float32), "one": np.array(1.0, np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["y"]),
+             helper.make_node("Mul", ["y", "half"], ["hy"]), helper.make_node("Pow", ["y", "three"], ["y3"]),
+             helper.make_node("Mul", ["y3", "c"], ["cy3"]), helper.make_node("Add", ["y", "cy3"], ["inner"]),
+             helper.make_node("Mul", ["inner", "s"], ["arg"]), helper.make_node("Tanh", ["arg"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["bracket"]), helper.make_node("Mul", ["hy", "bracket"], ["out"])]
+    graph = helper.make_graph(nodes, "main", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, k])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, rows, n])],
+                              [numpy_helper.from_array(a, name) for name, a in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, (rng.standard_normal((1, rows, k)).astype(np.float32),)
 
 
 @patterns.example("gelu_formula_epilogue", matches=False)

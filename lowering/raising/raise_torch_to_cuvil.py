@@ -3,7 +3,8 @@
 One torch op becomes one Cuvil op, for the forms torch.export and torch-mlir's FX importer
 really produce: ``aten.linear``; ``aten.mm`` against a constant (often permuted) weight (torch.export always decomposes
 ``aten.matmul`` into view/mm/bmm, and the FX importer's table ``aten.addmm`` into mm, mul by
-1 and add); the ``mul.Scalar`` by 1 that decomposed linears carry;
+1 and add); ``aten.matmul`` against a constant 2-D weight (ONNX's MatMul, after torch-mlir's
+ONNX lowering; its Gemm arrives as mm); the ``mul.Scalar`` by 1 that decomposed linears carry;
 ``aten.convolution``; ``aten.scaled_dot_product_attention``; ``aten.layer_norm`` and
 ``aten.rms_norm``. What follows a linear or conv (a separate bias add, the activation) is
 left to fuse-linear-epilogue, so that fusion can be switched off on its own.
@@ -63,6 +64,16 @@ def mm(op, rewriter):
     """aten.mm(x, permute(W)) -> cuvil.linear(x, W)   (W constant)"""
     x, wt = op.operands
     if not _rhs_is_weight(wt) or info(x) is None:
+        return None
+    return cuvil.linear(op.result.type, x, _weight_out_in(wt))
+
+
+@patterns.add("torch.aten.matmul")
+def matmul(op, rewriter):
+    """aten.matmul(x, W) -> cuvil.linear(x, Wᵀ)   (x of rank >= 2, W a constant [K, N]: ONNX's MatMul)"""
+    x, wt = op.operands
+    xi = info(x)
+    if not _rhs_is_weight(wt) or xi is None or xi.rank < 2 or info(op.result) is None:
         return None
     return cuvil.linear(op.result.type, x, _weight_out_in(wt))
 
@@ -206,6 +217,46 @@ def _product_of_activations(rng):
 
     k = draw_dim(rng, 1, 16)
     return (lambda a, b: a @ b), (torch.randn(draw_dim(rng, 1, 4), k), torch.randn(k, draw_dim(rng, 1, 6)))
+
+
+def _onnx_model(nodes, inputs, outputs, initializers, opset: int = 17):
+    """An ONNX model (onnx.helper) of ``nodes``; inputs / outputs as (name, dtype, shape)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    types = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
+
+    def value(name, dtype, shape):
+        return helper.make_tensor_value_info(name, types[dtype], shape)
+
+    graph = helper.make_graph(nodes, "main", [value(*i) for i in inputs], [value(*o) for o in outputs],
+                              [numpy_helper.from_array(a, name) for name, a in initializers.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@patterns.example("matmul")
+def _onnx_matmul_by_weight(rng):
+    """ONNX MatMul of a rank-3 or 4 activation by a constant [K, N] (torch.onnx's nn.Linear;
+    in 2-D torch-mlir's ONNX lowering makes it an aten.mm)."""
+    import numpy as np
+    from onnx import helper
+
+    k, n = _dim(rng, 1, 24), _dim(rng, 1, 20)
+    lead = [_dim(rng, 1, 3) for _ in range(int(rng.integers(2, 4)))]
+    w = (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32)
+    model = _onnx_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")],
+                        [("x", "float32", [*lead, k])], [("y", "float32", [*lead, n])], {"w": w})
+    return model, (rng.standard_normal((*lead, k)).astype(np.float32),)
+
+
+@patterns.example("matmul", matches=False)
+def _onnx_matmul_of_activations(rng):
+    import numpy as np
+    from onnx import helper
+
+    m, k, n = _dim(rng, 1, 5), _dim(rng, 1, 16), _dim(rng, 1, 6)
+    model = _onnx_model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+                        [("a", "float32", [2, m, k]), ("b", "float32", [k, n])], [("y", "float32", [2, m, n])], {})
+    return model, (rng.standard_normal((2, m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32))
 
 
 @patterns.example("convolution")

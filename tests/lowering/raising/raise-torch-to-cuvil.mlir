@@ -95,6 +95,21 @@ func.func @mul_by_float_one(%x: !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[2,
   return %0 : !torch.vtensor<[2,3],f32>
 }
 
+// CHECK-LABEL: func.func @matmul_3d_by_constant_weight
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,5,4],f32>)
+// CHECK:         %[[WT:[0-9]+]] = torch.vtensor.literal(dense<5.000000e-01> : tensor<4x3xf32>)
+// CHECK:         %[[W:[0-9]+]] = torch.aten.permute %[[WT]], %{{.*}} : !torch.vtensor<[4,3],f32>, !torch.list<int> -> !torch.vtensor<[3,4],f32>
+// CHECK:         "cuvil.linear"(%[[X]], %[[W]]) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}
+// CHECK-SAME:      (!torch.vtensor<[2,5,4],f32>, !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,5,3],f32>
+// CHECK-NOT:     torch.aten.matmul
+func.func @matmul_3d_by_constant_weight(%x: !torch.vtensor<[2,5,4],f32>) -> !torch.vtensor<[2,5,3],f32> {
+  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<4x3xf32>) : !torch.vtensor<[4,3],f32>
+  %0 = torch.aten.matmul %x, %w : !torch.vtensor<[2,5,4],f32>, !torch.vtensor<[4,3],f32> -> !torch.vtensor<[2,5,3],f32>
+  return %0 : !torch.vtensor<[2,5,3],f32>
+}
+
+// -----
+
 // ===== convolution =====
 
 // -----
@@ -349,4 +364,18 @@ func.func @no_epilogue_in_raise(%x: !torch.vtensor<[2,4],f32>, %img: !torch.vten
   %3 = torch.aten.convolution %img, %cw, %none, %ones, %zeros, %ones, %false, %zeros, %int1 : !torch.vtensor<[1,2,4,4],f32>, !torch.vtensor<[3,2,1,1],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[1,3,4,4],f32>
   %4 = torch.aten.silu %3 : !torch.vtensor<[1,3,4,4],f32> -> !torch.vtensor<[1,3,4,4],f32>
   return %2, %4 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[1,3,4,4],f32>
+}
+
+// -----
+
+// An ONNX MatMul of two activations, and of a vector by a weight (matmul's 1-D rule), stay.
+// CHECK-LABEL: func.func @matmul_of_activations_or_vector
+// CHECK-NOT:     cuvil.linear
+// CHECK:         torch.aten.matmul
+// CHECK:         torch.aten.matmul
+func.func @matmul_of_activations_or_vector(%a: !torch.vtensor<[2,5,4],f32>, %b: !torch.vtensor<[4,3],f32>, %v: !torch.vtensor<[4],f32>) -> (!torch.vtensor<[2,5,3],f32>, !torch.vtensor<[3],f32>) {
+  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<4x3xf32>) : !torch.vtensor<[4,3],f32>
+  %0 = torch.aten.matmul %a, %b : !torch.vtensor<[2,5,4],f32>, !torch.vtensor<[4,3],f32> -> !torch.vtensor<[2,5,3],f32>
+  %1 = torch.aten.matmul %v, %w : !torch.vtensor<[4],f32>, !torch.vtensor<[4,3],f32> -> !torch.vtensor<[3],f32>
+  return %0, %1 : !torch.vtensor<[2,5,3],f32>, !torch.vtensor<[3],f32>
 }

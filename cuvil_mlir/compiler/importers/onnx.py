@@ -1,0 +1,417 @@
+"""Import ONNX models with torch-mlir's ONNX importer into a Cuvil context.
+
+Accepts the path of a ``.onnx`` file (its external data, if any, is read from the file's
+folder or from ``data_dir``) or an ``onnx.ModelProto``. The steps:
+
+1. load (``onnx.load`` without external data, then the data from the base folder, so a
+   missing data file is named), check (``onnx.checker``) and infer shapes (in memory below
+   2 GB, through a temporary file above, as protobuf cannot hold more);
+2. ``torch_mlir.extras.onnx_importer``: every node becomes ``torch.operator "onnx.<Op>"``,
+   every initializer a constant. Cuvil's context cache stores initializers as
+   ``DenseElementsAttr`` (torch-mlir's default is a ``dense_resource`` blob, which the Python
+   bindings cannot read; passes read weights), and each op's location names the PyTorch
+   module it was exported from when the exporter recorded one (``l.0.attn.q_proj``), else
+   its ONNX node name;
+3. ``convert-torch-onnx-to-torch``; an ``onnx.*`` operator it leaves is an op torch-mlir
+   cannot lower: ``UnsupportedOnnxOp`` names the op, its node and the opset;
+4. ``torch-onnx-to-torch-backend-pipeline`` with the ops Cuvil raises whole kept
+   backend-legal (as the FX importer keeps them), giving the same value-semantics torch IR
+   the FX path gives.
+
+``dim_param`` dims become dynamic (``?``) dims of the function's signature; the names are
+kept (``symbolic_dims``) so errors can name them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cuvil_mlir.core.diagnostics import ImportError_, require_file
+from cuvil_mlir.core.ir import elements_attr, ir, passmanager
+
+# aten ops kept whole through the ONNX lowering (raise patterns and IREE's torch input know
+# them): the FX importer's list. ONNX's LayerNormalization arrives as native_layer_norm, which
+# the import rewrites to layer_norm where its mean and rstd results are unused.
+KEPT_OPS = ("linear", "layer_norm", "rms_norm", "scaled_dot_product_attention", "gelu", "silu")
+
+# protobuf's hard limit: above it the checker and shape inference work on files
+_PROTOBUF_LIMIT = 2**31 - 1
+
+_DTYPES = {  # onnx.TensorProto data types -> the vtensor dtype names of elements_attr
+    1: "f32", 10: "f16", 11: "f64", 16: "bf16", 2: "ui8", 3: "si8", 5: "si16", 6: "si32", 7: "si64", 9: "i1",
+}
+
+
+class UnsupportedOnnxOp(ImportError_):
+    """An ONNX op that torch-mlir's ONNX lowering does not handle (at the model's opset)."""
+
+    def __init__(self, message: str, *, ops: list[tuple[str, str]]):
+        super().__init__(message)
+        self.ops = ops  # (op type, node name) of every op left
+
+
+class SymbolicDimError(ImportError_):
+    """A symbolic (``dim_param``) dim that a later stage cannot handle."""
+
+
+@dataclass
+class OnnxModel:
+    """A loaded, shape-inferred ONNX model and where it came from."""
+
+    proto: object  # onnx.ModelProto, external data loaded
+    path: Path | None = None
+    symbolic_dims: dict[str, list[str]] = field(default_factory=dict)  # input name -> dim names ("" for a fixed dim)
+
+    @property
+    def input_names(self) -> list[str]:
+        initializers = {t.name for t in self.proto.graph.initializer}
+        return [i.name for i in self.proto.graph.input if i.name not in initializers]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.proto.graph.output]
+
+
+def input_specs(loaded: OnnxModel) -> list[tuple[tuple[int, ...], str, int | None]]:
+    """(shape, numpy dtype, None) of each graph input, for generating inputs; a symbolic or
+    unknown dim is an error naming the input and the dim (the caller must give inputs)."""
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    initializers = {t.name for t in loaded.proto.graph.initializer}
+    specs = []
+    for value in loaded.proto.graph.input:
+        if value.name in initializers:
+            continue
+        if not value.type.HasField("tensor_type"):
+            raise ImportError_(f"input '{value.name}' of the ONNX model is not a tensor; only tensor inputs are supported")
+        tensor = value.type.tensor_type
+        shape = []
+        for i, d in enumerate(tensor.shape.dim):
+            if not d.HasField("dim_value"):
+                raise ImportError_(f"input '{value.name}' of the ONNX model has the symbolic dim "
+                                   f"'{d.dim_param or '?'}' (dim {i}): give the inputs (--input X.npy) to fix its size")
+            shape.append(int(d.dim_value))
+        specs.append((tuple(shape), str(np.dtype(tensor_dtype_to_np_dtype(tensor.elem_type))), None))
+    return specs
+
+
+def is_onnx_model(model) -> bool:
+    """A ``.onnx`` path, an OnnxModel or an onnx.ModelProto (checked without importing onnx)."""
+    if isinstance(model, OnnxModel):
+        return True
+    if isinstance(model, (str, os.PathLike)):
+        return str(model).lower().endswith(".onnx")
+    return type(model).__name__ == "ModelProto" and type(model).__module__.startswith("onnx")
+
+
+def _onnx():
+    try:
+        import onnx
+    except ModuleNotFoundError as e:
+        raise ImportError_("ONNX models need the onnx package: pip install 'cuvil-mlir[onnx]'") from e
+    return onnx
+
+
+def load_model(model, *, data_dir: str | os.PathLike | None = None, infer_shapes: bool = True) -> OnnxModel:
+    """Read, check and shape-infer an ONNX model (a path, a ModelProto or an OnnxModel)."""
+    if isinstance(model, OnnxModel):
+        return model
+    onnx = _onnx()
+    path = None
+    if isinstance(model, (str, os.PathLike)):
+        path = require_file(model, "model file")
+        try:
+            proto = onnx.load(str(path), load_external_data=False)
+        except Exception as e:
+            raise ImportError_(f"{path} is not an ONNX model: {type(e).__name__}: {_short(e)}") from e
+        if not proto.graph.node and not proto.graph.output:
+            raise ImportError_(f"{path} is not an ONNX model: it holds no graph")
+        base = Path(data_dir) if data_dir is not None else path.parent
+        _load_external_data(proto, base, path)
+    else:
+        proto = model
+    size = proto.ByteSize() if not _has_external_data(proto) else _PROTOBUF_LIMIT + 1
+    if infer_shapes:
+        proto = _checked_and_inferred(onnx, proto, path, big=size > _PROTOBUF_LIMIT)
+    return OnnxModel(proto, path, _symbolic_dims(proto))
+
+
+def _has_external_data(proto) -> bool:
+    return any(t.data_location == 1 for t in proto.graph.initializer)
+
+
+def _load_external_data(proto, base: Path, path: Path) -> None:
+    """Load every external tensor from ``base``, naming the tensor and file that are missing."""
+    from onnx.external_data_helper import _get_all_tensors, load_external_data_for_tensor, uses_external_data
+
+    for tensor in _get_all_tensors(proto):
+        if not uses_external_data(tensor):
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        if not (base / location).is_file():
+            raise ImportError_(f"{path}: the external data of tensor '{tensor.name}' is not there: {base / location} "
+                               "(load_model(path, data_dir=...) reads it from another folder)")
+        try:
+            load_external_data_for_tensor(tensor, str(base))
+        except Exception as e:
+            raise ImportError_(f"{path}: cannot read the external data of tensor '{tensor.name}' from "
+                               f"{base / location}: {type(e).__name__}: {_short(e)}") from e
+        tensor.data_location = 0  # the data is in raw_data now
+        del tensor.external_data[:]
+
+
+def _checked_and_inferred(onnx, proto, path, *, big: bool):
+    where = str(path) if path else "the ONNX model"
+    if not big:
+        try:
+            onnx.checker.check_model(proto)
+        except onnx.checker.ValidationError as e:
+            raise ImportError_(f"{where} is not a valid ONNX model: {_short(e)}") from e
+        try:
+            return onnx.shape_inference.infer_shapes(proto, data_prop=True)
+        except Exception as e:
+            raise ImportError_(f"ONNX shape inference failed on {where}: {_short(e)}") from e
+    # above 2 GB protobuf cannot serialize the model: infer through files, weights outside
+    with tempfile.TemporaryDirectory(prefix="cuvil-onnx-") as tmp:
+        raw, inferred = Path(tmp) / "raw.onnx", Path(tmp) / "inferred.onnx"
+        onnx.save(proto, str(raw), save_as_external_data=True, all_tensors_to_one_file=True, location="raw.data")
+        try:
+            onnx.checker.check_model(str(raw))
+            onnx.shape_inference.infer_shapes_path(str(raw), str(inferred), data_prop=True)
+        except Exception as e:
+            raise ImportError_(f"ONNX check / shape inference failed on {where}: {_short(e)}") from e
+        result = onnx.load(str(inferred), load_external_data=False)
+        _load_external_data(result, Path(tmp), inferred)
+        _load_external_data(proto, Path(tmp), raw)  # onnx.save moved the caller's weights out: back in
+        return result
+
+
+def _symbolic_dims(proto) -> dict[str, list[str]]:
+    initializers = {t.name for t in proto.graph.initializer}
+    out = {}
+    for value in proto.graph.input:
+        if value.name in initializers or not value.type.HasField("tensor_type"):
+            continue
+        dims = ["" if d.HasField("dim_value") else (d.dim_param or "?") for d in value.type.tensor_type.shape.dim]
+        if any(dims):
+            out[value.name] = dims
+    return out
+
+
+def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS,
+                 data_dir: str | os.PathLike | None = None) -> ir.Module:
+    """ONNX model -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
+
+    ``kept_ops=()`` is torch-mlir's own lowering (nothing kept whole: the plain-IREE baseline)."""
+    loaded = load_model(model, data_dir=data_dir)
+    module = import_onnx_dialect(loaded, ctx, func_name=func_name)
+    lower_to_torch(module, loaded, kept_ops=kept_ops)
+    return module
+
+
+def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = "main") -> ir.Module:
+    """Step 2: the module of ``torch.operator "onnx.*"`` ops, as torch-mlir's importer makes it."""
+    from torch_mlir.extras import onnx_importer
+
+    proto = loaded.proto
+    saved_name = proto.graph.name
+    proto.graph.name = func_name  # the importer names the function after the graph
+    for i, node in enumerate(proto.graph.node):  # errors and locations name nodes
+        if not node.name:
+            node.name = f"{node.op_type}_{i}"
+    try:
+        info = onnx_importer.ModelInfo(proto)
+        module = info.create_module(context=ctx)
+        cache = _readable_cache(onnx_importer)(module.context)
+        importer = onnx_importer.NodeImporter.define_function(info.main_graph, module.operation, context_cache=cache)
+        importer.import_all()
+    except onnx_importer.OnnxImportError as e:
+        raise ImportError_(f"torch-mlir's ONNX importer failed: {_short(e)}") from e
+    except ImportError_:
+        raise
+    except Exception as e:
+        raise ImportError_(f"torch-mlir's ONNX importer failed: {type(e).__name__}: {_short(e)}") from e
+    finally:
+        proto.graph.name = saved_name
+    _name_locations(module, proto)
+    return module
+
+
+def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS) -> None:
+    """Steps 3 and 4: onnx.* operators -> aten ops -> the torch backend contract."""
+    try:
+        _run(module, "builtin.module(func.func(convert-torch-onnx-to-torch))", loaded)
+    except ImportError_ as e:
+        # an op whose lowering exists but does not take this form (attributes, types, regions)
+        failed = re.findall(r'name = "onnx\.(\w+)"', e.message)
+        if "failed to legalize operation 'torch.operator'" not in e.message or not failed:
+            raise
+        node = getattr(e, "node", "") or "?"
+        raise UnsupportedOnnxOp(
+            f"torch-mlir's ONNX lowering cannot convert ONNX op {failed[0]} (node '{node}') in this form at opset "
+            f"{_opset(loaded.proto)}: {e.message.split(': ', 1)[-1]}", ops=[(failed[0], node)]) from e.__cause__
+    left = unconverted_ops(module)
+    if left:
+        opset = _opset(loaded.proto)
+        shown = ", ".join(f"{op} (node '{node}')" for op, node in left[:8]) + (" ..." if len(left) > 8 else "")
+        kinds = sorted({op for op, _ in left})
+        raise UnsupportedOnnxOp(
+            f"torch-mlir's ONNX lowering does not support ONNX op{'s' if len(kinds) > 1 else ''} "
+            f"{', '.join(kinds)} at opset {opset}: {shown}", ops=left)
+    if "layer_norm" in kept_ops:
+        _layer_norms_whole(module)
+    legal = ",".join(f"aten.{name}" for name in kept_ops)
+    option = f"{{backend-legal-ops={legal}}}" if legal else ""
+    _run(module, f"builtin.module(torch-onnx-to-torch-backend-pipeline{option})", loaded)
+
+
+def _layer_norms_whole(module: ir.Module) -> int:
+    """``native_layer_norm(x, shape, w, b, eps)`` whose mean and rstd results are unused ->
+    ``layer_norm(x, shape, w, b, eps, false)``: the op torch.export gives and raise knows
+    (torch-mlir's ONNX lowering makes every LayerNormalization a native_layer_norm, which the
+    backend pipeline would decompose). Returns how many were rewritten."""
+    found = []
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    o = inner.operation
+                    if o.name == "torch.aten.native_layer_norm" and all(not list(r.uses) for r in list(o.results)[1:]):
+                        found.append(o)
+                    visit(o)
+
+    visit(module.operation)
+    with module.context:
+        for o in found:
+            with ir.InsertionPoint(o), o.location:
+                false = ir.Operation.create("torch.constant.bool", results=[ir.Type.parse("!torch.bool")],
+                                            attributes={"value": ir.BoolAttr.get(False)}).result
+                norm = ir.Operation.create("torch.aten.layer_norm", results=[o.results[0].type],
+                                           operands=[*o.operands[:5], false])
+            o.results[0].replace_all_uses_with(norm.result)
+            o.erase()
+    return len(found)
+
+
+def unconverted_ops(module: ir.Module) -> list[tuple[str, str]]:
+    """(ONNX op type, node name) of every ``torch.operator "onnx.*"`` left in ``module``."""
+    left = []
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    if inner.operation.name == "torch.operator":
+                        name = ir.StringAttr(inner.operation.attributes["name"]).value
+                        if name.startswith("onnx."):
+                            left.append((name.removeprefix("onnx."), _node_name(inner.operation.location)))
+                    visit(inner.operation)
+
+    visit(module.operation)
+    return left
+
+
+def _run(module: ir.Module, pipeline: str, loaded: OnnxModel) -> None:
+    where = str(loaded.path) if loaded.path else "the ONNX model"
+    with module.context:
+        try:
+            passmanager.PassManager.parse(pipeline).run(module.operation)
+        except ir.MLIRError as e:
+            text = " ".join(str(d.message) for d in getattr(e, "error_diagnostics", [])) or str(e)
+            message = f"torch-mlir could not lower {where} to the torch dialect: {_short(text)}"
+            dims = sorted({d for dims in loaded.symbolic_dims.values() for d in dims if d != "?"})
+            if loaded.symbolic_dims and re.search(r"dynamic|\?|shape|dim", text):
+                named = f"symbolic dims {', '.join(dims)}" if dims else "unknown dims"
+                raise SymbolicDimError(f"{message} (the model's inputs have {named}; fix them with "
+                                       "onnx.tools.update_model_dims.update_inputs_outputs_dims, or export with static "
+                                       "shapes)") from e
+            error = ImportError_(message)
+            locations = [d.location for d in getattr(e, "error_diagnostics", [])]
+            error.node = _node_name(locations[0]) if locations else ""
+            raise error from e
+
+
+def _opset(proto) -> int:
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _node_name(loc) -> str:
+    """The ONNX node name a location carries (the importer's Location.name, possibly wrapped)."""
+    text = str(loc)
+    names = re.findall(r'loc\("([^"]*)"', text)
+    return names[-1] if names else text
+
+
+def _readable_cache(onnx_importer):
+    """torch-mlir's ContextCache, less its dense_resource blobs for initializers."""
+    import numpy as np
+
+    class ReadableWeights(onnx_importer.ContextCache):
+        def tensor_proto_to_attr(self, tp):
+            dtype = _DTYPES.get(tp.data_type)
+            if not tp.HasField("raw_data") or dtype is None:
+                return super().tensor_proto_to_attr(tp)
+            numpy_dtype = onnx_importer.ELEM_TYPE_TO_NUMPY_DTYPE[tp.data_type]
+            if dtype == "bf16":
+                import ml_dtypes
+
+                array = np.frombuffer(tp.raw_data, dtype=np.uint16).view(ml_dtypes.bfloat16)
+            else:
+                array = np.frombuffer(tp.raw_data, dtype=numpy_dtype)
+            array = array.reshape(tuple(tp.dims))
+            with self._c:
+                return elements_attr(array, dtype)
+
+    return ReadableWeights
+
+
+def _name_locations(module: ir.Module, proto) -> None:
+    """Locations name the PyTorch module a node was exported from (torch.onnx records it in
+    the node's metadata as ``pkg.torch.onnx.name_scopes``), wrapping the node-name location."""
+    scopes = {}
+    for node in proto.graph.node:
+        path = _module_path(node)
+        if path and node.name:
+            scopes[node.name] = path
+    if not scopes:
+        return
+    ctx = module.context
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    o = inner.operation
+                    node = _node_name(o.location)
+                    if node in scopes:
+                        o.location = ir.Location.name(scopes[node], childLoc=o.location, context=ctx)
+                    visit(o)
+
+    visit(module.operation)
+
+
+def _module_path(node) -> str:
+    """The dotted path of the innermost nn.Module a node came from. torch.onnx records two
+    parallel lists per node, ``name_scopes`` (``['', 'layers.0', 'layers.0.attn', 'linear']``)
+    and ``class_hierarchy`` (``['M', 'Block', 'Attention', 'aten.linear.default']``): the
+    last scope that is a module's (not the aten op's at the end)."""
+    props = {p.key: p.value for p in node.metadata_props}
+    scopes = re.findall(r"'([^']*)'", props.get("pkg.torch.onnx.name_scopes", ""))
+    classes = re.findall(r"'([^']*)'", props.get("pkg.torch.onnx.class_hierarchy", ""))
+    if len(classes) == len(scopes):
+        scopes = [s for s, c in zip(scopes, classes) if not c.startswith(("aten.", "prims."))]
+    elif scopes:
+        scopes = scopes[:-1]
+    return next((s for s in reversed(scopes) if s), "")
+
+
+def _short(e, limit: int = 600) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[:limit] + " ..."

@@ -1,0 +1,370 @@
+"""The ONNX frontend (cuvil_mlir/compiler/importers/onnx.py): compile .onnx files and ModelProtos,
+the patterns firing on what torch-mlir's ONNX lowering makes of Gemm, MatMul+Add, Conv +
+BatchNormalization, LayerNormalization and torch.onnx's attention, external data, symbolic
+dims, and the errors for bad input. Models are built with onnx.helper (tiny, milliseconds);
+the references are onnxruntime where installed and onnx's own evaluator otherwise. The HF
+models exported with torch.onnx.export are @slow."""
+
+from __future__ import annotations
+
+import math
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import cuvil_mlir  # noqa: E402
+from cuvil_mlir.compiler.importers.onnx import SymbolicDimError, UnsupportedOnnxOp  # noqa: E402,F401
+from cuvil_mlir.core.diagnostics import CuvilError, ImportError_  # noqa: E402
+from cuvil_mlir.eval.onnx_reference import OnnxReference  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def _value(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _model(nodes, inputs, outputs, initializers=None, opset=17):
+    graph = helper.make_graph(nodes, "g", [_value(*i) for i in inputs], [_value(*o) for o in outputs],
+                              [numpy_helper.from_array(np.asarray(a), k) for k, a in (initializers or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _fired(compiled) -> dict:
+    return {p: dict(c) for p, c in compiled.metadata["patterns_fired"].items() if p != "lower-cuvil-to-torch"}
+
+
+def _check(model, *inputs, rtol=1e-5):
+    """Compile for the CPU, run, compare with the reference; returns the compiled model."""
+    compiled = cuvil_mlir.compile(model)
+    got = compiled(*inputs)
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    ref = OnnxReference(model)(*inputs)
+    assert len(got) == len(ref)
+    for g, r in zip(got, ref):
+        r = r.numpy()
+        np.testing.assert_allclose(np.asarray(g), r, rtol=rtol, atol=rtol * max(1.0, float(np.abs(r).max())))
+    return compiled
+
+
+# ---------------------------------------------------------------------------------------
+# Linear layers, norms, convs, attention
+
+
+def test_gemm_relu_is_one_linear_with_epilogue():
+    w, b = _rand(16, 8), _rand(16)
+    model = _model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1, name="fc"),
+                    helper.make_node("Relu", ["y"], ["z"], name="act")],
+                   [("x", [4, 8])], [("z", [4, 16])], {"w": w, "b": b})
+    fired = _fired(_check(model, _rand(4, 8)))
+    assert fired["raise-torch-to-cuvil"] == {"mm": 1}
+    assert fired["fuse-linear-epilogue"] == {"bias_add": 1, "relu_epilogue": 1}
+
+
+def test_gemm_with_alpha_keeps_its_add():
+    """alpha scales the product, not the bias: the bias must not be folded into the linear."""
+    model = _model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], alpha=0.5, name="fc")],
+                   [("x", [4, 8])], [("y", [4, 16])], {"w": _rand(8, 16), "b": _rand(16)})
+    fired = _fired(_check(model, _rand(4, 8)))
+    assert "bias_add" not in fired.get("fuse-linear-epilogue", {})
+
+
+def test_matmul_add_layernorm_gelu_3d():
+    """torch.onnx's nn.Linear on a 3-D input (MatMul by [K, N] + Add), LayerNormalization, Gelu."""
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["mm"], name="fc/MatMul"),
+                    helper.make_node("Add", ["mm", "b"], ["y"], name="fc/Add"),
+                    helper.make_node("Gelu", ["y"], ["g"], name="act"),
+                    helper.make_node("LayerNormalization", ["g", "s", "t"], ["z"], axis=-1, epsilon=1e-5, name="ln")],
+                   [("x", [2, 3, 8])], [("z", [2, 3, 16])],
+                   {"w": _rand(8, 16), "b": _rand(16), "s": _rand(16), "t": _rand(16)}, opset=20)
+    fired = _fired(_check(model, _rand(2, 3, 8)))
+    assert fired["raise-torch-to-cuvil"] == {"matmul": 1, "layer_norm": 1}
+    assert fired["fuse-linear-epilogue"] == {"bias_add": 1, "gelu_epilogue": 1}
+
+
+def test_matmul_of_two_inputs_is_not_a_linear():
+    model = _model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+                   [("a", [2, 3, 8]), ("b", [8, 5])], [("y", [2, 3, 5])])
+    fired = _fired(_check(model, _rand(2, 3, 8), _rand(8, 5)))
+    assert "matmul" not in fired.get("raise-torch-to-cuvil", {})
+
+
+def test_layernorm_whose_statistics_are_used_stays_native():
+    """Mean and InvStdDev outputs used: not rewritten to aten.layer_norm (nothing raised), still right."""
+    model = _model([helper.make_node("LayerNormalization", ["x", "s", "t"], ["y", "mean", "rstd"], axis=-1, name="ln")],
+                   [("x", [2, 6])], [("y", [2, 6]), ("mean", [2, 1]), ("rstd", [2, 1])], {"s": _rand(6), "t": _rand(6)})
+    compiled = _check(model, _rand(2, 6), rtol=1e-4)
+    assert "layer_norm" not in _fired(compiled).get("raise-torch-to-cuvil", {})
+
+
+def test_conv_batchnorm_relu_folds():
+    c = 4
+    model = _model([helper.make_node("Conv", ["x", "w", "cb"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+                    helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["y"], epsilon=1e-5, name="bn"),
+                    helper.make_node("Relu", ["y"], ["z"], name="relu")],
+                   [("x", [1, 3, 8, 8])], [("z", [1, c, 8, 8])],
+                   {"w": _rand(c, 3, 3, 3), "cb": _rand(c), "s": _rand(c), "bb": _rand(c), "m": _rand(c),
+                    "v": RNG.uniform(0.5, 2, c).astype(np.float32)})
+    fired = _fired(_check(model, _rand(1, 3, 8, 8), rtol=1e-4))
+    assert fired["fuse-conv-bn"] == {"conv_bn": 1}
+    assert fired["fuse-linear-epilogue"] == {"relu_epilogue": 1}
+
+
+def _torch_onnx_attention(b, h, length, d, *, mask: str):
+    """Attention as torch.onnx writes scaled_dot_product_attention (opset 18+): q and kᵀ each
+    scaled by sqrt(scale), kᵀ as Reshape/Transpose/Reshape, an additive mask, Softmax, a NaN
+    guard (IsNaN -> Where 0), MatMul by v. ``mask``: "causal" (a constant -inf triangle) or
+    "input" (an additive float mask input)."""
+    s = np.array(1.0 / math.sqrt(math.sqrt(d)), np.float32)
+    init = {"s": s, "flat": np.array([b * h, length, d], np.int64), "back": np.array([b, h, d, length], np.int64),
+            "zero": np.array(0.0, np.float32)}
+    inputs = [("q", [b, h, length, d]), ("k", [b, h, length, d]), ("v", [b, h, length, d])]
+    if mask == "causal":
+        init["mask"] = np.triu(np.full((length, length), -np.inf, np.float32), 1)
+    else:
+        inputs.append(("mask", [b, 1, length, length]))
+    nodes = [helper.make_node("Mul", ["q", "s"], ["qs"]),
+             helper.make_node("Reshape", ["k", "flat"], ["kf"]),
+             helper.make_node("Transpose", ["kf"], ["kft"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["kft", "back"], ["kt"]),
+             helper.make_node("Mul", ["kt", "s"], ["kts"]),
+             helper.make_node("MatMul", ["qs", "kts"], ["scores"]),
+             helper.make_node("Add", ["scores", "mask"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["nan"]),
+             helper.make_node("Where", ["nan", "zero", "p"], ["pg"]),
+             helper.make_node("MatMul", ["pg", "v"], ["out"])]
+    return _model(nodes, inputs, [("out", [b, h, length, d])], init, opset=18)
+
+
+def test_torch_onnx_attention_is_fused_causal():
+    b, h, length, d = 2, 3, 5, 8
+    model = _torch_onnx_attention(b, h, length, d, mask="causal")
+    compiled = _check(model, _rand(b, h, length, d), _rand(b, h, length, d), _rand(b, h, length, d), rtol=1e-4)
+    assert _fired(compiled)["fuse-attention"] == {"attention": 1}
+    fused = cuvil_mlir.lower(model, stage="fused")
+    assert "is_causal = true" in fused and "cuvil.attention" in fused
+
+
+def test_nan_guarded_attention_with_an_input_mask_is_left_alone():
+    """An input mask may remove a whole row; there softmax is NaN and the guard gives 0, which
+    cuvil.attention would not: nothing fuses, and a fully masked row still comes out 0."""
+    b, h, length, d = 1, 2, 4, 8
+    model = _torch_onnx_attention(b, h, length, d, mask="input")
+    mask = np.zeros((b, 1, length, length), np.float32)
+    mask[..., 2, :] = -np.inf  # query 2 sees no key
+    compiled = cuvil_mlir.compile(model)
+    assert "fuse-attention" not in _fired(compiled)
+    q, k, v = (_rand(b, h, length, d) for _ in range(3))
+    out = np.asarray(compiled(q, k, v, mask))
+    assert np.all(out[:, :, 2] == 0) and np.isfinite(out).all()
+
+
+# ---------------------------------------------------------------------------------------
+# Files: external data, symbolic dims
+
+
+def _linear_model(k=8, n=4, batch=2):
+    return _model([helper.make_node("MatMul", ["x", "w"], ["mm"], name="fc"),
+                   helper.make_node("Add", ["mm", "b"], ["y"], name="bias")],
+                  [("x", [batch, 3, k])], [("y", [batch, 3, n])], {"w": _rand(k, n), "b": _rand(n)})
+
+
+def test_external_data_is_read_from_the_model_folder(tmp_path):
+    model = _linear_model()
+    w, b = (numpy_helper.to_array(t) for t in model.graph.initializer)  # onnx.save moves the data out of `model`
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="m.data",
+              size_threshold=0)
+    assert (tmp_path / "m.data").stat().st_size >= (8 * 4 + 4) * 4
+    x = _rand(2, 3, 8)
+    compiled = cuvil_mlir.compile(str(path))
+    np.testing.assert_allclose(np.asarray(compiled(x)), x @ w + b, rtol=1e-5, atol=1e-5)
+    assert _fired(compiled)["raise-torch-to-cuvil"] == {"matmul": 1}  # the weight was read: a constant
+
+    (tmp_path / "m.data").rename(tmp_path / "elsewhere.data")
+    with pytest.raises(ImportError_, match=r"external data of tensor '(w|b)' is not there: .*m\.data"):
+        cuvil_mlir.compile(str(path))
+
+
+def test_models_above_protobufs_limit_take_file_based_shape_inference(monkeypatch):
+    """Above 2 GB, checking and shape inference go through files (the limit lowered here)."""
+    from cuvil_mlir.compiler.importers import onnx as onnx_importer
+
+    monkeypatch.setattr(onnx_importer, "_PROTOBUF_LIMIT", 64)
+    model = _linear_model()
+    w, b = (numpy_helper.to_array(t) for t in model.graph.initializer)
+    loaded = onnx_importer.load_model(model)
+    assert {v.name for v in loaded.proto.graph.value_info} == {"mm"}  # inferred
+    np.testing.assert_array_equal(numpy_helper.to_array(model.graph.initializer[0]), w)  # the caller's model intact
+    assert all(t.data_location == 0 for t in loaded.proto.graph.initializer)
+    x = _rand(2, 3, 8)
+    np.testing.assert_allclose(np.asarray(cuvil_mlir.compile(loaded)(x)), x @ w + b, rtol=1e-5, atol=1e-5)
+
+
+def test_symbolic_batch_dim_is_dynamic():
+    model = _linear_model(batch="batch")
+    compiled = cuvil_mlir.compile(model)
+    assert compiled.metadata["signature"]["inputs"][0]["shape"] == [-1, 3, 8]
+    ref = OnnxReference(model)
+    for batch in (1, 5):
+        x = _rand(batch, 3, 8)
+        np.testing.assert_allclose(np.asarray(compiled(x)), ref(x)[0].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_symbolic_dims_without_inputs_are_named_by_compare():
+    from cuvil_mlir.eval.harness import compare
+
+    with pytest.raises(CuvilError, match=r"input 'x' of the ONNX model has the symbolic dim 'batch' \(dim 0\)"):
+        compare(_linear_model(batch="batch"), repetitions=0)
+
+
+def test_scalar_inputs_stay_scalars():
+    """0-d inputs (Clip's min and max) reach the module as 0-d arrays."""
+    model = _model([helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="clip")],
+                   [("x", [3, 4]), ("lo", []), ("hi", [])], [("y", [3, 4])])
+    compiled = cuvil_mlir.compile(model)
+    assert [s["shape"] for s in compiled.metadata["signature"]["inputs"]] == [[3, 4], [], []]
+    x = _rand(3, 4)
+    np.testing.assert_array_equal(np.asarray(compiled(x, np.array(-0.5, np.float32), np.array(0.5, np.float32))), np.clip(x, -0.5, 0.5))
+
+
+# ---------------------------------------------------------------------------------------
+# Bad input
+
+
+def test_corrupt_file_is_named(tmp_path):
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(b"\x08\x07\x12\x04junk" + bytes(range(256)))
+    with pytest.raises(ImportError_, match=r"broken\.onnx is not an ONNX model"):
+        cuvil_mlir.compile(str(path))
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(CuvilError, match="model file not found: .*nothere.onnx"):
+        cuvil_mlir.compile(str(tmp_path / "nothere.onnx"))
+
+
+def test_invalid_graph_is_named():
+    model = _model([helper.make_node("Relu", ["x", "x"], ["y"], name="bad_relu")], [("x", [2])], [("y", [2])])
+    with pytest.raises(ImportError_, match="not a valid ONNX model"):
+        cuvil_mlir.compile(model)
+
+
+def test_unsupported_op_names_op_node_and_opset():
+    """An op torch-mlir's ONNX lowering does not have: the error names it, its node and the opset."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="ok"),
+             helper.make_node("Frobnicate", ["r"], ["y"], domain="com.example", name="the_node")]
+    graph = helper.make_graph(nodes, "g", [_value("x", [2, 3])], [_value("y", [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    with pytest.raises(UnsupportedOnnxOp, match=r"does not support ONNX op Frobnicate at opset 17: Frobnicate \(node 'the_node'\)") as e:
+        cuvil_mlir.compile(model)
+    assert e.value.ops == [("Frobnicate", "the_node")]
+
+
+def test_op_in_an_unsupported_form_names_op_and_node():
+    """An op torch-mlir lowers only in some forms (a one-sided DFT here): named with its node."""
+    model = _model([helper.make_node("DFT", ["x", "", "axis"], ["y"], onesided=1, name="the_dft")],
+                   [("x", [1, 10, 10, 1])], [("y", [1, 6, 10, 2])], {"axis": np.array(1, np.int64)}, opset=20)
+    with pytest.raises(UnsupportedOnnxOp, match=r"cannot convert ONNX op DFT \(node 'the_dft'\) in this form at opset 20"):
+        cuvil_mlir.compile(model)
+
+
+# ---------------------------------------------------------------------------------------
+# The CLI
+
+
+class _Result:
+    def __init__(self, code, out, err):
+        self.returncode, self.stdout, self.stderr = code, out, err
+
+
+def _cuvil(capsys, *args):
+    from cuvil_mlir import cli
+
+    capsys.readouterr()
+    code = cli.main(list(args))
+    captured = capsys.readouterr()
+    return _Result(code, captured.out, captured.err)
+
+
+def test_cli_compile_emit_and_run(tmp_path, capsys):
+    path, pkg = tmp_path / "lin.onnx", tmp_path / "lin.cuvilpkg"
+    onnx.save(_linear_model(), str(path))
+    r = _cuvil(capsys, "compile", str(path), "--emit", "fused")
+    assert r.returncode == 0, r.stderr
+    assert '"cuvil.linear"' in r.stdout
+    r = _cuvil(capsys, "compile", str(path), "-o", str(pkg))
+    assert r.returncode == 0, r.stderr
+    assert "matmul x1" in r.stdout and pkg.exists()
+    y = cuvil_mlir.load(str(pkg))(_rand(2, 3, 8))
+    assert np.asarray(y).shape == (2, 3, 4)
+
+
+def test_cli_compile_corrupt_onnx_is_one_line(tmp_path, capsys):
+    path = tmp_path / "junk.onnx"
+    path.write_bytes(b"not protobuf at all \xff\xfe")
+    r = _cuvil(capsys, "compile", str(path), "-o", str(tmp_path / "x.cuvilpkg"))
+    assert r.returncode == 1
+    assert r.stderr.startswith("cuvil: error: ") and "junk.onnx is not an ONNX model" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_compare_checks_against_the_onnx_reference(tmp_path, capsys):
+    path, report = tmp_path / "lin.onnx", tmp_path / "r.json"
+    onnx.save(_linear_model(), str(path))
+    r = _cuvil(capsys, "compare", str(path), "--configs", "default,plain-iree", "--repetitions", "0", "--json", str(report), "-q")
+    assert r.returncode == 0, r.stderr + r.stdout
+    import json
+
+    data = json.loads(report.read_text())
+    assert data["reference"]["name"].startswith(("onnxruntime", "onnx.reference"))
+    assert {e["status"] for e in data["entries"]} == {"ok"}
+    assert not [e for e in data["entries"] if e["kind"] == "competitor"]
+
+
+# ---------------------------------------------------------------------------------------
+# Exported models: torch.onnx.export and torch.export make the same Cuvil ops
+
+
+def _fused_ops(model, args=()) -> dict:
+    import re
+    from collections import Counter
+
+    text = cuvil_mlir.lower(model, args, stage="fused")
+    ops = Counter()
+    for op, attrs in re.findall(r'"cuvil\.(\w+)"\([^)]*\)\s*(\{[^}]*\})?', text):
+        detail = re.search(r'(?:activation|kind) = "(\w+)"', attrs or "")
+        ops[f"{op}[{detail.group(1)}]" if detail and detail.group(1) != "none" else op] += 1
+    return dict(ops)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["transformer", "gpt2", "bert"])
+def test_torch_onnx_export_makes_the_same_cuvil_ops(name, tmp_path):
+    """examples/models.py's models exported with torch.onnx.export: the same fused Cuvil ops as
+    their torch.export form (linear epilogues, norms, attention), and the same numbers."""
+    pytest.importorskip("onnxscript")
+    import contextlib
+    import io
+
+    import models
+    import torch
+
+    model, inputs = models.E2E_MODELS[name]()
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    path = tmp_path / f"{name}.onnx"
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(model.eval(), inputs, str(path), dynamo=True)
+    assert _fused_ops(str(path)) == _fused_ops(model, inputs)
+    with torch.no_grad():
+        ref = model(*inputs)
+    ref = (ref if isinstance(ref, torch.Tensor) else ref[0]).numpy()
+    got = np.asarray(cuvil_mlir.compile(str(path))(*[x.numpy() for x in inputs]))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
