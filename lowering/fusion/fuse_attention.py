@@ -443,7 +443,7 @@ def _classify_masks(m: _Match):
 def _keeps_every_row(m: _Match, kind: str, value, fill) -> bool:
     """No row of the scores is wholly masked by this term (so softmax has no NaN row): a
     constant that keeps a key in every row, or a keep/drop mask with a finite fill."""
-    arr = _fold(value)
+    arr = fold(value)
     keep = None if arr is None else _keep_array(kind, arr, info(m.q).dtype)
     if keep is not None:
         return bool(np.all(np.any(keep, axis=-1))) if keep.ndim else bool(keep)

@@ -550,7 +550,7 @@ def _onnx_matmul_new_gelu(rng):
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    k, n, rows = _dim(rng, 1, 24), _dim(rng, 1, 20), _dim(rng, 1, 4)
+    k, n, rows = draw_dim(rng, 1, 24), draw_dim(rng, 1, 20), draw_dim(rng, 1, 4)
     consts = {"w": (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32), "b": rng.standard_normal(n).astype(np.float32),
               "half": np.array(0.5, np.float32), "three": np.array(3.0, np.float32), "c": np.array(0.044715, np.float32),
               "s": np.array(math.sqrt(2 / math.pi), np.float32), "one": np.array(1.0, np.float32)}

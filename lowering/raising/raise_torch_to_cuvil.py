@@ -240,8 +240,8 @@ def _onnx_matmul_by_weight(rng):
     import numpy as np
     from onnx import helper
 
-    k, n = _dim(rng, 1, 24), _dim(rng, 1, 20)
-    lead = [_dim(rng, 1, 3) for _ in range(int(rng.integers(2, 4)))]
+    k, n = draw_dim(rng, 1, 24), draw_dim(rng, 1, 20)
+    lead = [draw_dim(rng, 1, 3) for _ in range(int(rng.integers(2, 4)))]
     w = (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32)
     model = _onnx_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")],
                         [("x", "float32", [*lead, k])], [("y", "float32", [*lead, n])], {"w": w})
@@ -253,7 +253,7 @@ def _onnx_matmul_of_activations(rng):
     import numpy as np
     from onnx import helper
 
-    m, k, n = _dim(rng, 1, 5), _dim(rng, 1, 16), _dim(rng, 1, 6)
+    m, k, n = draw_dim(rng, 1, 5), draw_dim(rng, 1, 16), draw_dim(rng, 1, 6)
     model = _onnx_model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
                         [("a", "float32", [2, m, k]), ("b", "float32", [k, n])], [("y", "float32", [2, m, n])], {})
     return model, (rng.standard_normal((2, m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32))
