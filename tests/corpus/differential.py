@@ -118,7 +118,7 @@ def run_plain(program, ref: Reference) -> Outcome:
     given, expected, _ = ref.calls[0]
     leaves = [t for t in pytree.tree_leaves(_clone(given)) if isinstance(t, torch.Tensor)]
     try:
-        raw = session.invoke("main", [np.ascontiguousarray(t.numpy()) for t in leaves])
+        raw = session.invoke("main", [np.array(t.numpy(), order="C") for t in leaves])  # not ascontiguousarray: it makes 0-d 1-d
     except Exception as e:
         return Outcome(False, "call", _why(e), time.perf_counter() - start)
     wanted = [t for t in pytree.tree_leaves(expected) if isinstance(t, torch.Tensor)]
