@@ -14,8 +14,13 @@ from cuvil_mlir.diagnostics import CuvilError  # noqa: E402
 
 
 def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns=(), disabled_passes=(), disabled_patterns=(),
-            precision: str = "fp32", calibration=None):
-    """Compile an ``nn.Module`` (with example ``args``), an ``ExportedProgram`` or a ``.pt2`` path.
+            precision: str = "fp32", calibration=None, kwargs=None, dynamic_shapes=None):
+    """Compile an ``nn.Module`` (with example ``args`` and ``kwargs``), an ``ExportedProgram`` or a ``.pt2`` path.
+
+    ``dynamic_shapes`` (an nn.Module only) is torch.export's: e.g. ``({0: Dim("batch", max=64)},)``;
+    the dims and their ranges are recorded and every call is checked against them. The result
+    is called like the model: same inputs (kwargs too), same output structure; inputs the
+    model mutates in place are updated, mutated buffers persist across calls.
 
     Returns a ``CompiledModel``. ``patterns`` are extra ``PatternSet``s run after raising;
     ``disabled_passes`` names passes to skip; ``disabled_patterns`` names single patterns to
@@ -27,7 +32,7 @@ def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns
 
     options = Options(target=target, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=tuple(disabled_passes),
                       disabled_patterns=tuple(disabled_patterns), precision=precision, calibration=calibration)
-    return compile_program(model, args, options)
+    return compile_program(model, args, options, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
 
 
 def lower(model, args=(), *, stage: str = "cuvil", target: str = "cpu", patterns=(), elide_weights: bool = True) -> str:

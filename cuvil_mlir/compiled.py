@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 
+from cuvil_mlir import boundary as _boundary
 from cuvil_mlir import hostcpu, package
 from cuvil_mlir.diagnostics import CuvilError, InputError, RuntimeFailure
 from cuvil_mlir.measure import to_numpy, to_torch
@@ -32,12 +33,20 @@ class CompiledModel:
 
     Inputs are checked against the compiled signature (count, shape, dtype) first; an
     ``InputError`` is the caller's mistake and never makes it try another target.
+    The model's pytrees, in-place mutations of inputs, module state (mutated buffers, kept
+    here across calls) and Python scalars go through ``boundary`` (cuvil_mlir/boundary.py).
     """
 
-    def __init__(self, modules: list[package.PackagedModule], metadata: dict, *, prefer=None):
+    def __init__(self, modules: list[package.PackagedModule], metadata: dict, *, prefer=None, boundary=None, state=None):
         self.modules = list(modules)
         self.metadata = metadata
         self.signature = Signature.from_json(metadata["signature"])
+        if boundary is None:
+            boundary = _boundary.Boundary.from_json(metadata["boundary"]) if "boundary" in metadata else _boundary.Boundary.identity(self.signature)
+        self.boundary = boundary
+        self._state = [np.array(a, copy=True) for a in (state or [])]
+        if len(self._state) != len(boundary.state):
+            raise CuvilError(f"the program has {len(boundary.state)} state buffer(s) and {len(self._state)} value(s) were given")
         self._order = _preference_order(self.modules, prefer)
         self._session: Session | None = None
         self._active: package.PackagedModule | None = None
@@ -72,20 +81,23 @@ class CompiledModel:
         self._start(self._runnable(), previous=None)
         return self.active_target
 
-    def __call__(self, *inputs):
-        arrays, as_torch = _to_numpy(inputs)
-        self.signature.check(arrays)
+    def __call__(self, *args, **kwargs):
+        call = self.boundary.bind(args, kwargs, self.signature, self._state)
         if self._session is None and not self._failures:
             self.select()
-        outputs = self._invoke(self.metadata.get("function", "main"), arrays)
-        if as_torch:
-            outputs = [to_torch(o) for o in outputs]
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        results = self._invoke(self.metadata.get("function", "main"), call.arrays)
+        return self.boundary.unbind(call, results, self.signature, self._state)
+
+    @property
+    def state(self) -> dict[str, np.ndarray]:
+        """The module state (buffers the program mutates) as it is now, by buffer name."""
+        return {slot.name: value for slot, value in zip(self.boundary.state, self._state)}
 
     def _invoke(self, function: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
         while self._session is not None:
             try:
-                return self._session.invoke(function, arrays)
+                results = self._session.invoke(function, _boundary.cast_for_module(arrays, self._active.io_casts))
+                return _boundary.cast_results(results, self.signature)
             except RuntimeFailure as e:
                 failed = self._active
                 self._failures[failed.target] = f"a call failed: {e.message}"
@@ -137,7 +149,14 @@ class CompiledModel:
         return RuntimeFailure("\n".join(lines))
 
     def save(self, path: str | os.PathLike) -> None:
-        package.write(path, self.modules, {k: v for k, v in self.metadata.items() if k != "modules"})
+        """Write the package; the module state is saved as it is now (state/<i>.npy)."""
+        metadata = {k: v for k, v in self.metadata.items() if k not in ("modules", "boundary", "state")}
+        metadata["boundary"] = self.boundary.to_json()
+        files = {f"state/{i}.npy": _boundary.state_to_bytes(a) for i, a in enumerate(self._state)}
+        if files:
+            metadata["state"] = [{"name": slot.name, "file": name, "sha256": _boundary.state_digest(data)}
+                                 for slot, (name, data) in zip(self.boundary.state, files.items())]
+        package.write(path, self.modules, metadata, files)
 
     def __repr__(self) -> str:
         ins = ", ".join(s.describe() for s in self.signature.inputs)
@@ -177,6 +196,7 @@ def _to_numpy(inputs) -> tuple[list[np.ndarray], bool]:
 def load(path: str | os.PathLike, prefer=None) -> CompiledModel:
     """Read a package and load it on this machine's first usable target (see ``select``)."""
     metadata, modules = package.read(path)
-    compiled = CompiledModel(modules, metadata, prefer=prefer)
+    state = [_boundary.state_from_bytes(package.read_file(path, s["file"], s["sha256"]), s["name"]) for s in metadata.get("state", ())]
+    compiled = CompiledModel(modules, metadata, prefer=prefer, state=state)
     compiled.select()
     return compiled

@@ -271,23 +271,23 @@ class Timer:
 def to_numpy(x) -> np.ndarray:
     """A torch tensor (any device; bfloat16 too) or array -> a contiguous numpy array."""
     if isinstance(x, np.ndarray):
-        return np.ascontiguousarray(x)
+        return np.require(x, requirements="C")  # not np.ascontiguousarray: it makes 0-d arrays 1-d
     import torch
 
     t = x.detach().cpu()
     if t.dtype == torch.bfloat16:
         import ml_dtypes
 
-        return np.ascontiguousarray(t.view(torch.int16).numpy().view(ml_dtypes.bfloat16))
-    return np.ascontiguousarray(t.numpy())
+        return np.require(t.view(torch.int16).numpy().view(ml_dtypes.bfloat16), requirements="C")
+    return np.require(t.numpy(), requirements="C")
 
 
 def to_torch(a: np.ndarray):
     import torch
 
     if str(a.dtype) == "bfloat16":
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
+        return torch.from_numpy(np.require(a, requirements="C").view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.require(a, requirements="C"))
 
 
 def random_array(shape: Sequence[int], dtype: str, rng: np.random.Generator, *, high: int | None = None) -> np.ndarray:

@@ -35,14 +35,16 @@ class PackagedModule:
     passes: tuple[str, ...] = ()  # the Cuvil passes that produced it (with options)
     patterns_fired: dict = field(default_factory=dict)
     requires: dict = field(default_factory=dict)  # what the machine must have beyond the driver (a CPU's ISA)
+    io_casts: dict = field(default_factory=dict)  # dtype -> the dtype the module takes/returns instead (float64 -> float32)
 
 
 def module_file_name(target_spec: str) -> str:
     return "modules/" + re.sub(r"[^A-Za-z0-9_.-]", "_", target_spec) + ".vmfb"
 
 
-def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict) -> None:
-    """Write atomically: a failure never leaves a half-written package at ``path``."""
+def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict, files: dict[str, bytes] | None = None) -> None:
+    """Write atomically: a failure never leaves a half-written package at ``path``.
+    ``files``: more entries (name -> bytes; the module state, ``state/<i>.npy``)."""
     path = Path(path)
     entries = []
     for m in modules:
@@ -50,6 +52,7 @@ def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict
             "target": m.target, "driver": m.driver, "iree_flags": list(m.iree_flags),
             "passes": list(m.passes), "patterns_fired": m.patterns_fired, "requires": m.requires,
             "file": module_file_name(m.target), "sha256": hashlib.sha256(m.vmfb).hexdigest(), "bytes": len(m.vmfb),
+            **({"io_casts": m.io_casts} if m.io_casts else {}),
         })
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, **metadata, "modules": entries}
     tmp = path.with_name(path.name + ".tmp")
@@ -58,6 +61,8 @@ def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict
             z.writestr("metadata.json", json.dumps(meta, indent=2, sort_keys=True))
             for m, e in zip(modules, entries):
                 z.writestr(e["file"], m.vmfb)
+            for name, data in (files or {}).items():
+                z.writestr(name, data)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -123,4 +128,19 @@ def _read_module(z: zipfile.ZipFile, names: set, entry: dict, path: Path) -> Pac
     requires = entry.get("requires", {})
     if not isinstance(requires, dict):
         raise PackageError(f"{path} is corrupt: 'requires' of module '{target}' is not an object")
-    return PackagedModule(target, driver, flags, data, passes, dict(entry.get("patterns_fired", {})), dict(requires))
+    return PackagedModule(target, driver, flags, data, passes, dict(entry.get("patterns_fired", {})), dict(requires),
+                          dict(entry.get("io_casts", {})))
+
+
+def read_file(path: str | os.PathLike, name: str, sha256: str) -> bytes:
+    """One more entry of a package (``write``'s ``files``), checked against its sha256."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            if name not in z.namelist():
+                raise PackageError(f"{path} is corrupt: {name} is missing")
+            data = z.read(name)
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise PackageError(f"{path} is corrupt: {e}") from e
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise PackageError(f"{path} is corrupt: {name} fails its sha256 check")
+    return data

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib.metadata import version
 
-from cuvil_mlir import __version__, precision
+from cuvil_mlir import __version__, boundary, precision
 from cuvil_mlir.compiled import CompiledModel
 from cuvil_mlir.context import make_context
 from cuvil_mlir.diagnostics import CompileError, CuvilError
@@ -62,9 +62,11 @@ def stage_names(target_spec: str = "cpu") -> list[str]:
     return [IMPORT_STAGE, *[name for name, _ in target.stages], "vmfb"]
 
 
-def compile_program(model, args=(), options: Options | None = None, *, emit: str | None = None, elide_weights: bool = True):
+def compile_program(model, args=(), options: Options | None = None, *, emit: str | None = None, elide_weights: bool = True,
+                    kwargs=None, dynamic_shapes=None):
     """Run the pipeline; returns a CompiledModel (one module per target, in the order
-    given), or an Emitted when ``emit`` names a stage (of the first target)."""
+    given), or an Emitted when ``emit`` names a stage (of the first target). ``kwargs`` and
+    ``dynamic_shapes`` go to torch.export with ``args`` (an nn.Module only)."""
     options = options or Options()
     targets = parse_targets(options.target, opt_level=options.opt_level)
     check_disabled(options)
@@ -75,10 +77,11 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
 
     # import: torch-mlir's FX importer -> torch dialect (value semantics, weights as literals)
     start = time.perf_counter()
-    program = fx.to_exported_program(model, args)
+    program = fx.to_exported_program(model, args, kwargs, dynamic_shapes)
     ctx = make_context()
-    module = fx.import_program(program, ctx)
+    module, prepared = _import(program, ctx)
     signature = signature_of(module)
+    prepared.check_against(signature)
     import_seconds = time.perf_counter() - start
     if emit == IMPORT_STAGE:
         return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
@@ -92,7 +95,7 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
             return result
         built.append(result)
 
-    return CompiledModel([b.module for b in built], _metadata(signature, built, options, import_seconds))
+    return _compiled(built, _metadata(signature, built, options, import_seconds), prepared)
 
 
 def compile_plain_iree(model, args=(), options: Options | None = None) -> CompiledModel:
@@ -103,8 +106,9 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     targets = parse_targets(options.target, opt_level=options.opt_level)
     start = time.perf_counter()
     program = fx.to_exported_program(model, args)
-    module = fx.import_program(program, make_context(), kept_ops=())
+    module, prepared = _import(program, make_context(), kept_ops=())
     signature = signature_of(module)
+    prepared.check_against(signature)
     import_seconds = time.perf_counter() - start
 
     built = []
@@ -113,8 +117,27 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
         flags = target.iree_flags()
         vmfb = iree.compile_to_vmfb(module, flags)
         seconds = {"iree-compile": round(time.perf_counter() - start, 4)}
-        built.append(_Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, (), {}, target.requirements()), {}, seconds))
-    return CompiledModel([b.module for b in built], {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"})
+        casts = boundary.module_casts(signature, target.holds_f64)
+        built.append(_Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, (), {}, target.requirements(), casts), {}, seconds))
+    return _compiled(built, {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"}, prepared)
+
+
+def _import(program, ctx, **kwargs):
+    """torch-mlir's import, with the program shaped by the boundary (cuvil_mlir/boundary.py)."""
+    found = []
+
+    def prepare(decomposed):
+        decomposed, prepared = boundary.prepare(decomposed)
+        found.append(prepared)
+        return decomposed
+
+    module = fx.import_program(program, ctx, prepare=prepare, **kwargs)
+    return module, found[0]
+
+
+def _compiled(built, metadata: dict, prepared) -> CompiledModel:
+    metadata["boundary"] = prepared.boundary().to_json()
+    return CompiledModel([b.module for b in built], metadata, boundary=prepared.boundary(), state=prepared.state_values)
 
 
 def _metadata(signature, built: list["_Built"], options: Options, import_seconds: float) -> dict:
@@ -177,7 +200,8 @@ def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, el
         passes = tuple(p for _, specs in stages for p in specs)
         fired_json = {name: dict(c) for name, c in fired.items() if c}
         sites = {name: {p: dict(where) for p, where in getattr(c, "sites", {}).items()} for name, c in fired.items() if c}
-        module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements())
+        casts = boundary.module_casts(signature, target.holds_f64)
+        module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements(), casts)
         return _Built(module, fired_json, seconds, sites, signature)
     raise _all_failed(target, failures)
 

@@ -58,6 +58,9 @@ class Target:
     needs: ClassVar[str] = ""  # what running the module needs, in words
     stages: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = DEFAULT_STAGES
     fallbacks: ClassVar[tuple[tuple[str, str], ...]] = DEFAULT_FALLBACKS
+    # Whether the module computes float64 as float64. IREE demotes f64 to f32 by default
+    # (its function then takes f32): where False, the boundary casts at the module's edge.
+    holds_f64: ClassVar[bool] = False
 
     @property
     def name(self) -> str:

@@ -111,7 +111,9 @@ def run_plain(program, ref: Reference) -> Outcome:
         return Outcome(False, "export", _why(e), time.perf_counter() - start)
     try:
         module = fx.import_program(ep, make_context(), kept_ops=())
-        vmfb = iree.compile_to_vmfb(module, parse_targets("cpu")[0].iree_flags())
+        # IREE's own f64 handling (demoted to f32): keeping f64 is cuvil's choice, not plain IREE's
+        flags = [f for f in parse_targets("cpu")[0].iree_flags() if not f.startswith("--iree-input-demote-f64-to-f32")]
+        vmfb = iree.compile_to_vmfb(module, flags)
         session = Session(vmfb, "local-task")
     except Exception as e:
         return Outcome(False, "compile", _why(e), time.perf_counter() - start)
