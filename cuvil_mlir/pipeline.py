@@ -18,7 +18,9 @@ IREE), for A/B comparisons (cuvil_mlir/harness.py).
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -166,7 +168,30 @@ class _Built:
     signature: object = None  # read after the stages (a precision policy may narrow the I/O); None: the import's
 
 
+class OptLevelFallbackWarning(UserWarning):
+    """IREE failed at the asked optimization level and the module was compiled at a lower one."""
+
+
 def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, elide_weights):
+    """``_compile_variants``; when IREE fails at every variant, retry at lower optimization
+    levels: some IREE codegen paths fail only at O2/O3 (max_pool2d with indices on the CPU:
+    "write affecting operations on global resources are restricted to workgroup distributed
+    contexts"), and a slower module beats no module. The flags used are recorded per module."""
+    try:
+        return _compile_variants(target, imported, ctx, options, emit, elide_weights)
+    except CompileError as e:
+        for level in (lvl for lvl in (1, 0) if lvl < target.opt_level):
+            try:
+                built = _compile_variants(dataclasses.replace(target, opt_level=level), imported, ctx, options, emit, elide_weights)
+            except CompileError:
+                continue
+            warnings.warn(f"target '{target.spec}': IREE failed at O{target.opt_level} ({e.message}); compiled at O{level}",
+                          OptLevelFallbackWarning, stacklevel=3)
+            return built
+        raise
+
+
+def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elide_weights):
     """Run the target's stages and IREE; on an IREE failure retry with the target's
     fallback stage lists (skipping any that lower to the same IR)."""
     failures: list[tuple[tuple, CompileError]] = []
