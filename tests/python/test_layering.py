@@ -39,6 +39,7 @@ BOTTOM = {
     "cuvil_mlir.tensor_types",
     "cuvil_mlir.patterns",
     "cuvil_mlir.passes",
+    "cuvil_mlir.repro",
 }
 LAYER_NAMES = ["ir", "dialects", "lowering", "targets", "api"]
 
