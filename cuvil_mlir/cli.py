@@ -153,6 +153,8 @@ def _cuvil_parser() -> argparse.ArgumentParser:
                    help="a Python file of PatternSets to run after raising (repeatable)")
     p.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
                    help="skip a built-in pass (repeatable; for A/B comparisons)")
+    p.add_argument("--dynamic", action="append", default=[], metavar="SPEC",
+                   help="make input dims dynamic: [NAME=]I:D[,I:D...][@MIN..MAX], e.g. batch=0:0@1..64 (repeatable; cuvil_mlir/dynamic.py)")
     p.set_defaults(command=_compile)
 
     p = sub.add_parser("run", parents=[common], help="run a .cuvilpkg on .npy inputs",
@@ -360,10 +362,15 @@ def _compile(args, parser) -> int:
     _quiet_torch_logs(args)
     try:
         model = args.model
+        if args.dynamic:  # the program exported again with these dims dynamic
+            from cuvil_mlir.dynamic import with_dynamic_dims
+            from cuvil_mlir.importers.fx import load_exported_program
+
+            model = with_dynamic_dims(load_exported_program(args.model), args.dynamic)
         if _needs_calibration(args):  # the program is loaded once, for the calibration and the compile
             from cuvil_mlir.importers.fx import load_exported_program
 
-            model = load_exported_program(args.model)
+            model = model if not isinstance(model, str) else load_exported_program(args.model)
             options.calibration = _calibration(args, model, model.example_inputs[0] if model.example_inputs else None,
                                                patterns=tuple(patterns), disabled_passes=tuple(args.disable_pass))
         if args.emit is not None:
