@@ -54,6 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("-k", action="append", default=[], help="only programs whose name contains this (repeatable)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / f"corpus-{datetime.now(timezone.utc):%Y-%m-%d}"))
     ap.add_argument("--paths", default="cuvil,plain", help="which paths to run (cuvil, plain)")
+    ap.add_argument("--failed-in", metavar="RUN.jsonl", help="only programs cuvil failed in that run (to iterate on fixes)")
     args = ap.parse_args(argv)
 
     warnings.simplefilter("ignore")
@@ -69,6 +70,10 @@ def main(argv=None) -> int:
         progs = [p for p in progs if any(k in p.name for k in args.k)]
     if args.sample:
         progs = P.sample(progs, args.sample)
+    if args.failed_in:
+        rows = [json.loads(line) for line in Path(args.failed_in).read_text().splitlines()]
+        failed = {r["name"] for r in rows if not r.get("cuvil", {}).get("ok", False)}
+        progs = [p for p in progs if p.name in failed]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     jsonl = out.with_suffix(".jsonl")

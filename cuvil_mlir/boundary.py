@@ -57,7 +57,9 @@ def spec_to_json(spec) -> dict:
     if spec.is_leaf():
         return dict(LEAF)
     kind = spec.type
-    children = [spec_to_json(c) for c in spec.children_specs]
+    children = [spec_to_json(c) for c in (spec.children() if callable(getattr(spec, "children", None)) else spec.children_specs)]
+    if kind is collections.namedtuple:  # torch's pytree: the node type is namedtuple, the class its context
+        kind = spec.context
     if kind is tuple:
         return {"type": "tuple", "children": children}
     if kind is list:
@@ -147,9 +149,9 @@ def _build(spec: dict, it):
     if kind == "namedtuple":
         cls = cls or collections.namedtuple(spec["name"].rpartition(".")[2], spec["fields"])
         return cls(*children)
-    if cls is not None and spec.get("keys") is not None:
-        try:
-            return cls(**dict(zip(spec["keys"], children)))
+    if cls is not None:
+        try:  # a registered class built from its keys (HF ModelOutput), or a structseq (torch.return_types.max)
+            return cls(**dict(zip(spec["keys"], children))) if spec.get("keys") is not None else cls(children)
         except Exception:
             pass
     return dict(zip(spec["keys"], children)) if spec.get("keys") is not None else tuple(children)
