@@ -22,8 +22,11 @@ call side (``Boundary.bind`` / ``Boundary.unbind``)
     * the function's results are split into state updates, in-place write-backs into the
       caller's tensors, and user outputs rebuilt into the model's pytree (dict, tuple,
       list, namedtuple, HF ModelOutput and other registered nodes);
-    * dtypes a target cannot hold (float64 where IREE demotes it) are cast at the module's
-      edge (``cast_for_module``).
+    * results come back in the declared dtypes and 0-d shapes (``as_declared``).
+
+float64: targets that compute it get IREE's demotion turned off (targets/base.py
+``holds_f64``); the others refuse float64 inputs and outputs at compile time
+(``check_dtypes``): IREE's demoted function declares f64 buffers backed by f32 storage.
 
 The boundary is stored in the package metadata as ``"boundary"`` (docs/package-format.md);
 a package without it (written before) gets ``Boundary.identity``: every function argument
@@ -41,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from cuvil_mlir.diagnostics import CuvilError, ImportError_, InputError
-from cuvil_mlir.signature import Signature, TensorSpec, numpy_dtype
+from cuvil_mlir.diagnostics import CompileError, CuvilError, ImportError_, InputError
+from cuvil_mlir.signature import Signature, numpy_dtype
 
 # --- pytree specs as JSON ---------------------------------------------------------------------
 # {"type": "leaf"} | {"type": "tuple"|"list", "children": [...]} | {"type": "dict", "keys": [...], "children": [...]}
@@ -389,31 +392,16 @@ def _as_torch(a: np.ndarray):
     return to_torch(a)
 
 
-# --- dtypes a target's module does not hold ------------------------------------------------------------
+# --- results as the signature declares them ---------------------------------------------------------
 
-def cast_for_module(arrays: list[np.ndarray], casts: dict[str, str]) -> list[np.ndarray]:
-    """Arrays in the dtypes the module really takes (``casts``: dtype -> module dtype, e.g.
-    {"float64": "float32"} where IREE demotes float64)."""
-    if not casts:
-        return arrays
-    return [a.astype(numpy_dtype(casts[str(a.dtype)])) if str(a.dtype) in casts else a for a in arrays]
-
-
-def cast_results(results: list[np.ndarray], signature: Signature) -> list[np.ndarray]:
-    """Results back in the program's dtypes (a demoted float64 comes back as float32)."""
+def as_declared(results: list[np.ndarray], signature: Signature) -> list[np.ndarray]:
+    """Results in the signature's dtypes and with its 0-d shapes (a runtime may hand a 0-d
+    result back as shape (1,))."""
     out = []
     for r, spec in zip(results, signature.outputs):
         r = r.astype(numpy_dtype(spec.dtype)) if str(r.dtype) != spec.dtype else r
         out.append(r.reshape(()) if spec.shape == () and r.shape != () else r)
     return out
-
-
-def module_casts(signature: Signature, holds_f64: bool) -> dict[str, str]:
-    """The casts a module needs: float64 (and complex128) I/O where the target demotes them."""
-    if holds_f64:
-        return {}
-    dtypes = {s.dtype for s in (*signature.inputs, *signature.outputs)}
-    return {k: v for k, v in (("float64", "float32"), ("complex128", "complex64")) if k in dtypes}
 
 
 # --- state as package files ----------------------------------------------------------------------------
@@ -560,9 +548,11 @@ def _output_leaf(graph, output_node, value, results: list) -> Leaf:
     kinds = ((torch.SymBool, "bool", torch.bool), (torch.SymInt, "int", torch.int64), (torch.SymFloat, "float", torch.float64))
     for sym_type, name, dtype in kinds:
         if isinstance(val, (sym_type, {"bool": bool, "int": int, "float": float}[name])):
+            from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
             with graph.inserting_before(output_node):
                 node = graph.call_function(torch.ops.aten.scalar_tensor.default, (value,), {"dtype": dtype})
-                node.meta["val"] = torch.empty((), dtype=dtype)
+                node.meta["tensor_meta"] = _extract_tensor_metadata(torch.empty((), dtype=dtype))  # what torch-mlir reads
             results.append(node)
             return Leaf("scalar", len(results) - 1, name)
     raise ImportError_(f"output '{value.name}' is a {type(val).__name__}: only tensors and Python scalars can be returned")
@@ -602,5 +592,12 @@ def _dynamic_dims(program, args: list) -> list[DynamicDim]:
     return out
 
 
-def tensor_spec_text(spec: TensorSpec) -> str:
-    return spec.describe()
+def check_dtypes(signature: Signature, target) -> None:
+    """Refuse float64 inputs/outputs for a target that does not compute float64."""
+    if target.holds_f64:
+        return
+    where = [f"input {i}" for i, s in enumerate(signature.inputs) if s.dtype in ("float64", "complex128")]
+    where += [f"output {i}" for i, s in enumerate(signature.outputs) if s.dtype in ("float64", "complex128")]
+    if where:
+        raise CompileError(f"target '{target.spec}' does not compute float64 ({', '.join(where)} of the program are float64): "
+                           "cast the model and its inputs to float32 (model.float()), or compile for cpu, cuda or rocm")

@@ -96,8 +96,7 @@ class CompiledModel:
     def _invoke(self, function: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
         while self._session is not None:
             try:
-                results = self._session.invoke(function, _boundary.cast_for_module(arrays, self._active.io_casts))
-                return _boundary.cast_results(results, self.signature)
+                return _boundary.as_declared(self._session.invoke(function, arrays), self.signature)
             except RuntimeFailure as e:
                 failed = self._active
                 self._failures[failed.target] = f"a call failed: {e.message}"

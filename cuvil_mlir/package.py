@@ -35,7 +35,6 @@ class PackagedModule:
     passes: tuple[str, ...] = ()  # the Cuvil passes that produced it (with options)
     patterns_fired: dict = field(default_factory=dict)
     requires: dict = field(default_factory=dict)  # what the machine must have beyond the driver (a CPU's ISA)
-    io_casts: dict = field(default_factory=dict)  # dtype -> the dtype the module takes/returns instead (float64 -> float32)
 
 
 def module_file_name(target_spec: str) -> str:
@@ -52,7 +51,6 @@ def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict
             "target": m.target, "driver": m.driver, "iree_flags": list(m.iree_flags),
             "passes": list(m.passes), "patterns_fired": m.patterns_fired, "requires": m.requires,
             "file": module_file_name(m.target), "sha256": hashlib.sha256(m.vmfb).hexdigest(), "bytes": len(m.vmfb),
-            **({"io_casts": m.io_casts} if m.io_casts else {}),
         })
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, **metadata, "modules": entries}
     tmp = path.with_name(path.name + ".tmp")
@@ -128,8 +126,7 @@ def _read_module(z: zipfile.ZipFile, names: set, entry: dict, path: Path) -> Pac
     requires = entry.get("requires", {})
     if not isinstance(requires, dict):
         raise PackageError(f"{path} is corrupt: 'requires' of module '{target}' is not an object")
-    return PackagedModule(target, driver, flags, data, passes, dict(entry.get("patterns_fired", {})), dict(requires),
-                          dict(entry.get("io_casts", {})))
+    return PackagedModule(target, driver, flags, data, passes, dict(entry.get("patterns_fired", {})), dict(requires))
 
 
 def read_file(path: str | os.PathLike, name: str, sha256: str) -> bytes:

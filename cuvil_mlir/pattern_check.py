@@ -554,7 +554,7 @@ class _Checker:
         masked = [np.where(np.isfinite(r), g, r) if _is_float(r) and g.shape == r.shape else g for g, r in zip(got, ref)]
         errors = output_errors(masked, ref, self.tolerances)
         exact = exact if exact is not None and len(exact) == len(ref) else [None] * len(ref)
-        for e, r, x in zip(errors, ref, exact):
+        for e, g, r, x in zip(errors, masked, ref, exact):
             if e.problem or not _is_float(r):
                 continue
             floor = example_rtol or 0.0

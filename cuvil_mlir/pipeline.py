@@ -40,6 +40,8 @@ from cuvil_mlir.signature import signature_of
 from cuvil_mlir.targets import iree, parse_targets
 
 IMPORT_STAGE = "torch"
+# float64 computed as float64 where the target can (targets/base.py holds_f64)
+F64_FLAGS = ("--iree-input-demote-f64-to-f32=false",)
 
 
 @dataclass
@@ -119,8 +121,7 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
         flags = target.iree_flags()
         vmfb = iree.compile_to_vmfb(module, flags)
         seconds = {"iree-compile": round(time.perf_counter() - start, 4)}
-        casts = boundary.module_casts(signature, target.holds_f64)
-        built.append(_Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, (), {}, target.requirements(), casts), {}, seconds))
+        built.append(_Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, (), {}, target.requirements()), {}, seconds))
     return _compiled(built, {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"}, prepared)
 
 
@@ -215,7 +216,8 @@ def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elid
         # hand-off to IREE: bytecode across the seam, compiled with the target's flags (and
         # the precision policy's: quantized weights must not be expanded at compile time)
         start = time.perf_counter()
-        flags = [*target.iree_flags(), *precision.iree_flags(options.precision)]
+        boundary.check_dtypes(signature, target)
+        flags = [*target.iree_flags(), *precision.iree_flags(options.precision), *(F64_FLAGS if target.holds_f64 else ())]
         try:
             vmfb = iree.compile_to_vmfb(module, flags)
         except CompileError as e:
@@ -225,8 +227,7 @@ def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elid
         passes = tuple(p for _, specs in stages for p in specs)
         fired_json = {name: dict(c) for name, c in fired.items() if c}
         sites = {name: {p: dict(where) for p, where in getattr(c, "sites", {}).items()} for name, c in fired.items() if c}
-        casts = boundary.module_casts(signature, target.holds_f64)
-        module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements(), casts)
+        module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements())
         return _Built(module, fired_json, seconds, sites, signature)
     raise _all_failed(target, failures)
 

@@ -29,7 +29,6 @@ class CpuTarget(Target):
     # IREE's CPU attention kernel is far slower than attention written out (targets/base.py)
     stages: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = DECOMPOSED_ATTENTION_STAGES
     fallbacks: ClassVar[tuple[tuple[str, str], ...]] = DECOMPOSED_ATTENTION_FALLBACKS
-    holds_f64: ClassVar[bool] = True  # LLVM CPU codegen computes f64 (with demotion off)
 
     def __post_init__(self):
         if not _CPU_NAME.match(self.arch):
@@ -42,8 +41,6 @@ class CpuTarget(Target):
             f"--iree-llvmcpu-target-cpu={self.arch}",
             f"--iree-opt-level=O{self.opt_level}",
             f"--iree-llvmcpu-stack-allocation-limit={self.stack_allocation_limit}",
-            # a float64 model computes in float64 (IREE's default demotes it to float32)
-            "--iree-input-demote-f64-to-f32=false",
         ]
 
     def requirements(self) -> dict:

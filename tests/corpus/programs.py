@@ -547,9 +547,10 @@ def pytree_programs():
 
 # --- dynamic dims ----------------------------------------------------------------------------------
 def _dyn(name, fn, shape, call_shape, dims, dtype=F32, n_inputs=1, factory=None):
-    dynamic = tuple({d: Dim(f"d{d}_{i}", min=1, max=64) for d in dims} for i in range(n_inputs))
-    batch = Dim("batch", min=1, max=64)
+    batch = Dim("batch", min=2, max=64)
     dynamic = tuple({d: batch for d in dims} for _ in range(n_inputs))
+    if factory is None:  # Fn.forward(*xs): the varargs' dynamic shapes are one tuple
+        dynamic = (dynamic,)
     make = factory or (lambda fn=fn: Fn(lambda m, *xs: fn(*xs)))
     return Program(f"dynamic/{name}/{DT[dtype]}/{_shape_name(shape)}-to-{_shape_name(call_shape)}", "dynamic", make,
                    lambda g: (tuple(rand(shape, dtype, g) for _ in range(n_inputs)), {}), dynamic_shapes=dynamic,

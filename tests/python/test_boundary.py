@@ -10,7 +10,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from cuvil_mlir.boundary import (
-    Boundary, DynamicDim, Leaf, StateSlot, cast_for_module, cast_results, flatten_call, module_casts, spec_to_json, unflatten,
+    Boundary, DynamicDim, Leaf, StateSlot, as_declared, check_dtypes, flatten_call, spec_to_json, unflatten,
 )
 from cuvil_mlir.diagnostics import InputError
 from cuvil_mlir.signature import Signature, TensorSpec
@@ -143,12 +143,14 @@ def test_identity_boundary_of_an_old_package_keeps_the_old_call_convention():
     assert Boundary.from_json(b.to_json()) == b
 
 
-def test_float64_is_cast_only_where_the_module_does_not_hold_it():
-    sig = Signature((TensorSpec((2,), "float64"), TensorSpec((2,), "int64")), (TensorSpec((2,), "float64"), TensorSpec((), "float32")))
-    assert module_casts(sig, holds_f64=True) == {}
-    casts = module_casts(sig, holds_f64=False)
-    assert casts == {"float64": "float32"}
-    arrays = cast_for_module([np.ones(2), np.ones(2, np.int64)], casts)
-    assert [str(a.dtype) for a in arrays] == ["float32", "int64"]
-    back = cast_results([np.ones(2, np.float32), np.ones(1, np.float32)], sig)
+def test_results_come_back_as_declared_and_float64_is_refused_where_a_target_cannot_compute_it():
+    from cuvil_mlir.diagnostics import CompileError
+    from cuvil_mlir.targets import parse_targets
+
+    sig = Signature((TensorSpec((2,), "float64"),), (TensorSpec((2,), "float64"), TensorSpec((), "float32")))
+    back = as_declared([np.ones(2, np.float64), np.ones(1, np.float32)], sig)
     assert str(back[0].dtype) == "float64" and back[1].shape == ()
+    check_dtypes(sig, parse_targets("cpu")[0])  # cpu computes float64: no error
+    with pytest.raises(CompileError, match=r"target 'vulkan' does not compute float64 \(input 0, output 0"):
+        check_dtypes(sig, parse_targets("vulkan")[0])
+    check_dtypes(Signature((TensorSpec((2,), "float32"),), ()), parse_targets("vulkan")[0])
