@@ -16,7 +16,7 @@ import numpy as np
 
 from cuvil_mlir import boundary as _boundary
 from cuvil_mlir import hostcpu, package
-from cuvil_mlir.diagnostics import CuvilError, InputError, RuntimeFailure
+from cuvil_mlir.diagnostics import CuvilError, InputError, PackageError, RuntimeFailure
 from cuvil_mlir.measure import to_numpy, to_torch
 from cuvil_mlir.runtime import Session, probe_drivers
 from cuvil_mlir.signature import Signature
@@ -42,7 +42,10 @@ class CompiledModel:
         self.metadata = metadata
         self.signature = Signature.from_json(metadata["signature"])
         if boundary is None:
-            boundary = _boundary.Boundary.from_json(metadata["boundary"]) if "boundary" in metadata else _boundary.Boundary.identity(self.signature)
+            try:
+                boundary = _boundary.Boundary.from_json(metadata["boundary"]) if "boundary" in metadata else _boundary.Boundary.identity(self.signature)
+            except (KeyError, TypeError, ValueError, IndexError) as e:
+                raise PackageError(f"the package's metadata.json has a malformed boundary ({type(e).__name__}: {e})") from e
         self.boundary = boundary
         self._state = [np.array(a, copy=True) for a in (state or [])]
         if len(self._state) != len(boundary.state):

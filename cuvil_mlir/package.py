@@ -2,8 +2,9 @@
 
 Layout::
 
-    metadata.json           {"format": "cuvilpkg", "format_version": 1, "signature": ..., "modules": [...], ...}
+    metadata.json           {"format": "cuvilpkg", "format_version": 2, "signature": ..., "boundary": ..., "modules": [...], ...}
     modules/<target>.vmfb   one IREE module per target
+    state/<i>.npy           the module state (buffers the program mutates), when it has some
 
 Loading reads JSON and bytes only (never pickle, never code), checks every module's
 sha256, and rejects a corrupt or foreign file with a message that says which.
@@ -23,7 +24,8 @@ from pathlib import Path
 from cuvil_mlir.diagnostics import PackageError
 
 FORMAT = "cuvilpkg"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 added "boundary" and "state" (docs/package-format.md)
+READ_VERSIONS = (1, 2)  # a version-1 package (no boundary) loads with positional tensors in and out
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,9 @@ def _parse_metadata(raw: bytes, path: Path) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise PackageError(f"{path} is not a .cuvilpkg: metadata.json has no \"format\": \"{FORMAT}\"")
     version = meta.get("format_version")
-    if version != FORMAT_VERSION:
-        raise PackageError(f"{path} has package format version {version}; this cuvil-mlir reads version {FORMAT_VERSION}")
+    if version not in READ_VERSIONS:
+        raise PackageError(f"{path} has package format version {version}; this cuvil-mlir reads versions "
+                           f"{', '.join(map(str, READ_VERSIONS))}")
     for key in ("signature", "modules"):
         if key not in meta:
             raise PackageError(f"{path} is corrupt: metadata.json lacks '{key}'")

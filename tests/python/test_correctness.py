@@ -194,9 +194,15 @@ def test_a_package_written_before_the_boundary_still_loads_and_calls(tmp_path):
     compiled = cuvil_mlir.compile(Fn(lambda m, x, y: (x + y, x - y)), (torch.ones(2), torch.ones(2)))
     old_metadata = {k: v for k, v in compiled.metadata.items() if k not in ("boundary", "state", "modules")}
     old_modules = [package.PackagedModule(m.target, m.driver, m.iree_flags, m.vmfb, m.passes, m.patterns_fired, m.requires) for m in compiled.modules]
-    package.write(tmp_path / "old.cuvilpkg", old_modules, old_metadata)
-    with zipfile.ZipFile(tmp_path / "old.cuvilpkg") as z:
-        meta = json.loads(z.read("metadata.json"))
+    package.write(tmp_path / "new.cuvilpkg", old_modules, old_metadata)
+    with zipfile.ZipFile(tmp_path / "new.cuvilpkg") as zin, zipfile.ZipFile(tmp_path / "old.cuvilpkg", "w") as zout:
+        for item in zin.infolist():  # as cuvil-mlir wrote it before: format version 1, no boundary
+            data = zin.read(item.filename)
+            if item.filename == "metadata.json":
+                meta = json.loads(data)
+                meta["format_version"] = 1
+                data = json.dumps(meta).encode()
+            zout.writestr(item, data)
     assert "boundary" not in meta
     loaded = cuvil_mlir.load(tmp_path / "old.cuvilpkg")
     out = loaded(np.ones(2, np.float32), np.ones(2, np.float32))
