@@ -130,6 +130,9 @@ def _import(program, ctx, **kwargs):
     found = []
 
     def prepare(decomposed):
+        from cuvil_mlir.f64_math import narrow_f64_math
+
+        narrow_f64_math(decomposed)  # float64 sin, tanh, erf, ... do not link on llvm-cpu
         decomposed, prepared = boundary.prepare(decomposed)
         found.append(prepared)
         return decomposed

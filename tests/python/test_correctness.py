@@ -158,6 +158,14 @@ def test_float64_computes_in_float64_on_cpu():
     assert out.dtype == torch.float64 and torch.allclose(out, (x + 1e8) - 1e8, rtol=1e-9, atol=1e-12)  # float32 gives 0
 
 
+def test_float64_math_functions_llvm_cpu_cannot_link_compile_and_the_rest_stays_float64():
+    x = torch.rand(4, 5, dtype=torch.float64)
+    compiled = cuvil_mlir.compile(Fn(lambda m, x: (torch.sin(x) + torch.tanh(x) * F.gelu(x), (x + 1e8) - 1e8)), (x,))
+    trig, cancel = compiled(x)  # before: "iree-lld: error: undefined symbol: sin"
+    assert trig.dtype == torch.float64 and torch.allclose(trig, torch.sin(x) + torch.tanh(x) * F.gelu(x), rtol=1e-6)
+    assert torch.allclose(cancel, (x + 1e8) - 1e8, rtol=1e-9, atol=1e-12)  # the add/sub stayed float64
+
+
 def test_float64_on_vmvx_is_float64_and_refused_where_a_target_cannot_compute_it():
     x = torch.rand(8, dtype=torch.float64) * 1e-3
     compiled = cuvil_mlir.compile(Fn(lambda m, x: (x + 1e8) - 1e8), (x,), target="vmvx")
