@@ -83,7 +83,7 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
     start = time.perf_counter()
     program = fx.to_exported_program(model, args, kwargs, dynamic_shapes)
     ctx = make_context()
-    module, prepared = _import(program, ctx)
+    module, prepared = _import(program, ctx, complex_ops=True)
     signature = signature_of(module)
     prepared.check_against(signature)
     import_seconds = time.perf_counter() - start

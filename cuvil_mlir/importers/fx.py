@@ -40,12 +40,17 @@ def load_exported_program(path: str | os.PathLike):
         raise ImportError_(f"{path} is not a loadable torch.export program: {type(e).__name__}: {e}") from e
 
 
-def _decomposition_table(kept_ops=KEPT_OPS):
+def _decomposition_table(kept_ops=KEPT_OPS, complex_ops: bool = False):
     import torch
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     kept = {getattr(torch.ops.aten, name) for name in kept_ops if hasattr(torch.ops.aten, name)}
-    return {op: fn for op, fn in get_decomposition_table().items() if getattr(op, "overloadpacket", None) not in kept}
+    table = {op: fn for op, fn in get_decomposition_table().items() if getattr(op, "overloadpacket", None) not in kept}
+    if complex_ops:  # complex ops IREE cannot compile, on real views (real inputs: unchanged)
+        from cuvil_mlir.complex_decompositions import table as complex_table
+
+        table.update(complex_table())
+    return table
 
 
 def to_exported_program(model, args=(), kwargs=None, dynamic_shapes=None):
@@ -67,20 +72,22 @@ def to_exported_program(model, args=(), kwargs=None, dynamic_shapes=None):
     )
 
 
-def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS, prepare=None) -> ir.Module:
+def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS, prepare=None,
+                   complex_ops: bool = False) -> ir.Module:
     """ExportedProgram -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
 
     ``kept_ops=()`` is torch-mlir's own import: its default decompositions and backend-legal
     ops, nothing kept whole (the plain-IREE baseline of the comparison harness).
     ``prepare``: a function of the decomposed program (our copy) that returns the program
-    to import (cuvil_mlir/boundary.py shapes the function's arguments and results)."""
+    to import (cuvil_mlir/boundary.py shapes the function's arguments and results).
+    ``complex_ops``: decompose the complex ops IREE cannot compile (complex_decompositions.py)."""
     from torch_mlir import fx
     from torch_mlir.extras.fx_importer import FxImporter
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecation noise
-            program = _with_non_persistent_buffers(program.run_decompositions(_decomposition_table(kept_ops)))
+            program = _with_non_persistent_buffers(program.run_decompositions(_decomposition_table(kept_ops, complex_ops)))
             if prepare is not None:
                 program = prepare(program)
             return fx.export_and_import(
