@@ -46,10 +46,10 @@ def _decomposition_table(kept_ops=KEPT_OPS, complex_ops: bool = False):
 
     kept = {getattr(torch.ops.aten, name) for name in kept_ops if hasattr(torch.ops.aten, name)}
     table = {op: fn for op, fn in get_decomposition_table().items() if getattr(op, "overloadpacket", None) not in kept}
-    if complex_ops:  # complex ops IREE cannot compile, on real views (real inputs: unchanged)
-        from cuvil_mlir.complex_decompositions import table as complex_table
+    if complex_ops:  # complex ops IREE cannot compile (on real views), float randint (cuvil_mlir/decompositions.py)
+        from cuvil_mlir.decompositions import table as cuvil_table
 
-        table.update(complex_table())
+        table.update(cuvil_table())
     return table
 
 
@@ -80,7 +80,7 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
     ops, nothing kept whole (the plain-IREE baseline of the comparison harness).
     ``prepare``: a function of the decomposed program (our copy) that returns the program
     to import (cuvil_mlir/boundary.py shapes the function's arguments and results).
-    ``complex_ops``: decompose the complex ops IREE cannot compile (complex_decompositions.py)."""
+    ``complex_ops``: decompose the ops IREE gets wrong or cannot compile (decompositions.py)."""
     from torch_mlir import fx
     from torch_mlir.extras.fx_importer import FxImporter
 

@@ -158,6 +158,9 @@ def test_random_ints_with_a_dtype_compile_and_stay_in_range():
     compiled = cuvil_mlir.compile(Fn(lambda m, x: torch.randint(3, 8, (3, 4), dtype=torch.int32) + x), (torch.zeros(3, 4, dtype=torch.int32),))
     out = compiled(torch.zeros(3, 4, dtype=torch.int32))
     assert out.dtype == torch.int32 and int(out.min()) >= 3 and int(out.max()) <= 7
+    floats = cuvil_mlir.compile(Fn(lambda m, x: torch.randint(3, 8, (64,), dtype=torch.float32) + x), (torch.zeros(64),))
+    out = floats(torch.zeros(64))  # IREE alone gives non-integral values here (7.8)
+    assert out.dtype == torch.float32 and torch.equal(out, out.floor()) and out.min() >= 3 and out.max() <= 7
 
 
 # 7. float64 ----------------------------------------------------------------------------------------

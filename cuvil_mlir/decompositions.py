@@ -1,4 +1,10 @@
-"""Complex ops IREE 3.13 cannot compile, written on real views.
+"""Decompositions of ops torch-mlir + IREE 3.13 get wrong or cannot compile, used by the
+importer's ``run_decompositions`` (cuvil's import; the plain-IREE baseline does not use them).
+
+``randint`` with a float dtype: IREE returns non-integral values (7.8 for randint(3, 8));
+it is written as ``floor(uniform(low, high))`` in that dtype.
+
+Complex ops IREE 3.13 cannot compile, written on real views.
 
 torch-mlir imports complex tensors and IREE runs complex mul, matmul and the real/complex
 views, but fails on others: ``add``/``sub`` (its alpha multiply becomes ``arith.muli`` on
@@ -123,6 +129,15 @@ def _from_parts(re, im):
     return _complex(torch.stack([re, im], -1))
 
 
+def _randint_float(low, high=None, size=None, *, dtype=None, layout=None, device=None, pin_memory=None, generator=None):
+    import torch
+
+    if high is None or size is None or dtype is None or not dtype.is_floating_point or generator is not None:
+        return NotImplemented
+    u = torch.rand(size, dtype=torch.float64, device=device)
+    return torch.floor(u * (high - low) + low).clamp(max=high - 1).to(dtype)
+
+
 def table() -> dict:
     import torch
 
@@ -132,5 +147,6 @@ def table() -> dict:
         aten._conj.default: _conj, aten.conj_physical.default: _conj, aten.exp.default: _exp,
         aten.sum.default: lambda z, *, dtype=None: _sum(z, None, False, dtype=dtype), aten.sum.dim_IntList: _sum,
         aten.complex.default: _from_parts, aten.mul.Tensor: _mul_real, aten.mul.Scalar: _mul_real,
+        aten.randint.low: _randint_float,
     }
     return out
