@@ -99,26 +99,26 @@ def flatten_call(spec: dict, value, path: str) -> list[tuple[str, Any]]:
         return [(path, value)]
     if kind == "none":
         if value is not None:
-            raise InputError(f"{path}: expected None, got {type(value).__name__}")
+            raise InputError(f"{_describe_path(path)}: expected None, got {type(value).__name__}")
         return []
     if kind == "dict" or (kind == "custom" and spec.get("keys") is not None and isinstance(value, dict)):
         if not isinstance(value, dict):
-            raise InputError(f"{path}: expected a dict with keys {spec['keys']}, got {type(value).__name__}")
+            raise InputError(f"{_describe_path(path)}: expected a dict with keys {spec['keys']}, got {type(value).__name__}")
         if set(value) != set(spec["keys"]):
             missing, extra = [k for k in spec["keys"] if k not in value], [k for k in value if k not in spec["keys"]]
-            raise InputError(f"{path}: keys differ from the compiled program's: missing {missing}, unexpected {extra}")
+            raise InputError(f"{_describe_path(path)}: keys differ from the compiled program's: missing {missing}, unexpected {extra}")
         return [leaf for k, c in zip(spec["keys"], spec["children"]) for leaf in flatten_call(c, value[k], f"{path}[{k!r}]")]
     if kind in ("tuple", "list", "namedtuple"):
         if not isinstance(value, (tuple, list)):
-            raise InputError(f"{path}: expected a {kind} of {len(spec['children'])}, got {type(value).__name__}")
+            raise InputError(f"{_describe_path(path)}: expected a {kind} of {len(spec['children'])}, got {type(value).__name__}")
         if len(value) != len(spec["children"]):
-            raise InputError(f"{path}: expected {len(spec['children'])} item(s), got {len(value)}")
+            raise InputError(f"{_describe_path(path)}: expected {len(spec['children'])} item(s), got {len(value)}")
         return [leaf for i, (c, v) in enumerate(zip(spec["children"], value)) for leaf in flatten_call(c, v, f"{path}[{i}]")]
     from torch.utils import _pytree as pytree  # a registered node: flatten it the way torch does
 
     leaves, _ = pytree.tree_flatten(value)
     if len(leaves) != count_leaves(spec):
-        raise InputError(f"{path}: a {spec['name']} with {len(leaves)} leaves, expected {count_leaves(spec)}")
+        raise InputError(f"{_describe_path(path)}: a {spec['name']} with {len(leaves)} leaves, expected {count_leaves(spec)}")
     return [(f"{path}[{i}]", leaf) for i, leaf in enumerate(leaves)]
 
 
@@ -269,6 +269,7 @@ class Boundary:
     # -- call side --
     def bind(self, args: tuple, kwargs: dict, signature: Signature, state: list[np.ndarray]) -> "Call":
         """Match a call against the compiled inputs; the function's argument arrays."""
+        self._check_count(args, signature)
         pairs = flatten_call(self.in_tree, (tuple(args), dict(kwargs)), "inputs")
         arrays: list = [None] * len(signature.inputs)
         for slot in self.state:
@@ -287,6 +288,18 @@ class Boundary:
             as_torch = "torch" in sys.modules
         self._check_tensors(pairs, arrays, signature)
         return Call(arrays, originals, as_torch)
+
+    def _check_count(self, args: tuple, signature: Signature) -> None:
+        """The positional inputs' count, with what the program takes."""
+        positional = self.in_tree["children"][0] if self.in_tree.get("type") == "tuple" and self.in_tree.get("children") else None
+        if positional is None or positional.get("type") not in ("tuple", "list") or len(args) == len(positional["children"]):
+            return
+        described = []
+        if all(c["type"] == "leaf" for c in positional["children"]):
+            for leaf in self.inputs[: len(positional["children"])]:
+                described.append(signature.inputs[leaf.index].describe() if leaf.kind == "tensor" else repr(leaf.value))
+        expected = f" ({', '.join(described)})" if described else ""
+        raise InputError(f"expected {len(positional['children'])} input(s){expected}, got {len(args)}")
 
     def _check_tensors(self, pairs, arrays, signature: Signature) -> None:
         names = {leaf.index: _describe_path(path) for (path, _), leaf in zip(pairs, self.inputs) if leaf.kind == "tensor"}
@@ -343,11 +356,15 @@ def _leaf_paths(spec, path):
 
 
 def _describe_path(path: str) -> str:
-    """inputs[0][1] -> "input args[1]", inputs[1]['bias'] -> "input kwargs['bias']"."""
-    if path.startswith("inputs[0]"):
-        return "input args" + path[len("inputs[0]"):]
-    if path.startswith("inputs[1]"):
-        return "input kwargs" + path[len("inputs[1]"):]
+    """inputs[0][1] -> "input 1", inputs[0][1]['a'] -> "input 1['a']", inputs[1]['bias'] -> "input 'bias'"."""
+    import re
+
+    m = re.match(r"^inputs\[0\]\[(\d+)\](.*)$", path)
+    if m:
+        return f"input {m.group(1)}{m.group(2)}"
+    m = re.match(r"^inputs\[1\]\[('[^']*')\](.*)$", path)
+    if m:
+        return f"input {m.group(1)}{m.group(2)}"
     return path
 
 

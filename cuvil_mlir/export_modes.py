@@ -49,6 +49,11 @@ def export_module(model, args: tuple, kwargs: dict, dynamic_shapes=None):
         tried = "; ".join(f"{mode}: {type(err).__name__}: {_short(err, 200)}" for mode, err in errors)
         raise ImportError_(f"torch.export failed for {type(model).__name__} in every mode ({tried}; draft: "
                            f"{type(e).__name__}: {_short(e, 200)})") from e
+    if any(node.target is getattr(torch, "sym_ite", None) for node in program.graph.nodes):
+        # a branch on a value draft export could only keep as a symbolic if-then-else,
+        # which torch-mlir cannot import: the first error says what to change
+        raise ImportError_(f"torch.export failed for {type(model).__name__}: {type(first).__name__}: {_short(first)} "
+                           "(strict and draft export cannot capture this branch either: write it with torch.where or torch.cond)") from first
     warnings.warn(f"{type(model).__name__} reads tensor values in Python ({_short(first, 160)}); it was exported with "
                   "torch.export.draft_export, which assumes what the example inputs decide: inputs that take another "
                   "branch or size need another compile", DataDependentExportWarning, stacklevel=3)
