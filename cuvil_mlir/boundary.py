@@ -122,6 +122,18 @@ def flatten_call(spec: dict, value, path: str) -> list[tuple[str, Any]]:
     return [(f"{path}[{i}]", leaf) for i, leaf in enumerate(leaves)]
 
 
+def output_leaves(result) -> list:
+    """The leaves of a call's result in pytree order (dict values in key order, tuples,
+    lists, namedtuples; an object with ``to_tuple``, such as HF ModelOutput)."""
+    if isinstance(result, dict):
+        return [leaf for v in result.values() for leaf in output_leaves(v)]
+    if isinstance(result, (tuple, list)):
+        return [leaf for v in result for leaf in output_leaves(v)]
+    if hasattr(result, "to_tuple"):
+        return output_leaves(result.to_tuple())
+    return [result]
+
+
 def unflatten(spec: dict, leaves: list, treespec=None):
     """Rebuild the model's output structure. ``treespec``: the original TreeSpec when this
     process made the program (exact classes); otherwise the JSON spec is enough for the

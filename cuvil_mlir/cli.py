@@ -459,12 +459,13 @@ def _run(args, parser) -> int:
         compiled = load(args.package, prefer=args.target)
     except (KeyError, TypeError, ValueError) as e:  # metadata.json parses but its signature does not
         raise PackageError(f"{args.package} is corrupt: malformed signature in metadata.json ({type(e).__name__}: {e})") from e
-    n_out = len(compiled.signature.outputs)
+    n_out = len(compiled.boundary.outputs)  # the model's output leaves (not state updates or write-backs)
     if args.output and len(args.output) != n_out:
         raise InputError(f"the model has {n_out} output(s) but {len(args.output)} --output path(s) were given")
     arrays = [_read_npy(p) for p in args.input]
-    result = compiled(*arrays)
-    outputs = list(result) if isinstance(result, tuple) else [result]
+    from cuvil_mlir.boundary import output_leaves
+
+    outputs = output_leaves(compiled(*arrays))  # a dict, nested or namedtuple result: its leaves in order
     print(f"ran on target {compiled.active_target}")
     if args.output:
         for i, (path, out) in enumerate(zip(args.output, outputs)):

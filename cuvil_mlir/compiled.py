@@ -92,6 +92,14 @@ class CompiledModel:
         return self.boundary.unbind(call, results, self.signature, self._state)
 
     @property
+    def user_signature(self) -> Signature:
+        """The tensors a caller passes (in input-leaf order) and gets back: the function's
+        signature less the state arguments and the results that are state or write-backs."""
+        ins = tuple(self.signature.inputs[leaf.index] for leaf in self.boundary.inputs if leaf.kind == "tensor")
+        outs = tuple(self.signature.outputs[leaf.index] for leaf in self.boundary.outputs if leaf.kind == "tensor")
+        return Signature(ins, outs)
+
+    @property
     def state(self) -> dict[str, np.ndarray]:
         """The module state (buffers the program mutates) as it is now, by buffer name."""
         return {slot.name: value for slot, value in zip(self.boundary.state, self._state)}
