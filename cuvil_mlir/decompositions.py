@@ -1,6 +1,9 @@
 """Decompositions of ops torch-mlir + IREE 3.13 get wrong or cannot compile, used by the
 importer's ``run_decompositions`` (cuvil's import; the plain-IREE baseline does not use them).
 
+``square`` of an integer tensor: torch-mlir's lowering says "unimplemented: non-floating
+point dtype"; it is ``x * x``.
+
 ``randint`` with a float dtype: IREE returns non-integral values (7.8 for randint(3, 8));
 it is written as ``floor(uniform(low, high))`` in that dtype.
 
@@ -138,6 +141,12 @@ def _randint_float(low, high=None, size=None, *, dtype=None, layout=None, device
     return torch.floor(u * (high - low) + low).clamp(max=high - 1).to(dtype)
 
 
+def _square(x):
+    if x.dtype.is_floating_point or x.is_complex():
+        return NotImplemented
+    return x * x
+
+
 def table() -> dict:
     import torch
 
@@ -147,6 +156,6 @@ def table() -> dict:
         aten._conj.default: _conj, aten.conj_physical.default: _conj, aten.exp.default: _exp,
         aten.sum.default: lambda z, *, dtype=None: _sum(z, None, False, dtype=dtype), aten.sum.dim_IntList: _sum,
         aten.complex.default: _from_parts, aten.mul.Tensor: _mul_real, aten.mul.Scalar: _mul_real,
-        aten.randint.low: _randint_float,
+        aten.randint.low: _randint_float, aten.square.default: _square,
     }
     return out

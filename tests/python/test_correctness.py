@@ -55,6 +55,8 @@ def test_buffer_mutations_persist_across_calls_and_through_a_package(tmp_path):
     compiled = cuvil_mlir.compile(Fn(_counter, count=torch.zeros(())), (torch.ones(2),))
     assert [compiled(torch.ones(2))[0].item() for _ in range(3)] == [1.0, 2.0, 3.0]
     assert compiled.state["count"] == 3.0
+    # the function takes (count, x) and returns (new count, y); the caller sees x -> y
+    assert len(compiled.signature.inputs) == 2 and [s.describe() for s in compiled.user_signature.inputs] == ["float32[2]"]
     compiled.save(tmp_path / "m.cuvilpkg")  # the state as it is now
     loaded = cuvil_mlir.load(tmp_path / "m.cuvilpkg")
     assert loaded(torch.ones(2))[0].item() == 4.0
@@ -161,6 +163,11 @@ def test_random_ints_with_a_dtype_compile_and_stay_in_range():
     floats = cuvil_mlir.compile(Fn(lambda m, x: torch.randint(3, 8, (64,), dtype=torch.float32) + x), (torch.zeros(64),))
     out = floats(torch.zeros(64))  # IREE alone gives non-integral values here (7.8)
     assert out.dtype == torch.float32 and torch.equal(out, out.floor()) and out.min() >= 3 and out.max() <= 7
+
+
+def test_integer_square_compiles():  # torch-mlir: "unimplemented: non-floating point dtype"
+    x = torch.arange(-3, 4, dtype=torch.int32)
+    assert torch.equal(cuvil_mlir.compile(Fn(lambda m, x: torch.square(x)), (x,))(x), x * x)
 
 
 # 7. float64 ----------------------------------------------------------------------------------------
