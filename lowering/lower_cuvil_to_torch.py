@@ -134,16 +134,17 @@ def attention_decomposed(op, rewriter):
 
 
 def _batched_matmul(a, b, result_type):
-    """a @ b as mm (2-D), bmm (3-D) or view + bmm + view (equal static batch dims; else
-    aten.matmul): IREE's CPU code for a 4-D aten.matmul was ~50x slower than for the bmm
-    (1x4x128x64 attention, 2026-12-03)."""
+    """a @ b as mm (2-D), bmm (3-D) or view + bmm + view (equal batch dims, every dim
+    static; else aten.matmul): IREE's CPU code for a 4-D aten.matmul was ~50x slower than
+    for the bmm (1x4x128x64 attention, 2026-12-03). A view's -1 infers one dim: with a
+    dynamic sequence length in both matrix dims the views would be wrong (issue 13)."""
     ta, tb = info(a), info(b)
     if ta.rank == 2:
         return build("torch.aten.mm", [a, b], result_type)
     if ta.rank == 3:
         return build("torch.aten.bmm", [a, b], result_type)
     batch = ta.shape[:-2]
-    if any(d < 0 for d in batch) or tb.shape[:-2] != batch:
+    if any(d < 0 for d in (*ta.shape, *tb.shape)) or tb.shape[:-2] != batch:
         return build("torch.aten.matmul", [a, b], result_type)
     n = int(np.prod(batch))
     a3 = build("torch.aten.view", [a, torch_int_list([n, *ta.shape[-2:]])], vtensor_type([n, *ta.shape[-2:]], ta.dtype))

@@ -253,6 +253,20 @@ def test_dynamic_shapes_for_a_module_record_the_range_and_check_calls():
         compiled(torch.randn(17, 8))
 
 
+class Attention(nn.Module):
+    def forward(self, q, k):
+        return F.scaled_dot_product_attention(q, k, k)
+
+
+def test_attention_with_a_dynamic_sequence_length_is_right_at_another_length():
+    seq = torch.export.Dim("seq", min=2, max=64)
+    q, k = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    compiled = cuvil_mlir.compile(Attention(), (q, k), dynamic_shapes=({2: seq}, {2: seq}))
+    q7, k7 = torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8)
+    out = compiled(q7, k7)  # before: shape (1, 2, 2401, 8) (two inferred dims in one view)
+    assert out.shape == (1, 2, 7, 8) and torch.allclose(out, Attention()(q7, k7), atol=1e-5)
+
+
 def test_cli_dynamic_makes_a_static_pt2_dynamic(tmp_path):
     from cuvil_mlir.dynamic import with_dynamic_dims
 
