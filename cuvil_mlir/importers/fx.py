@@ -49,8 +49,17 @@ def _decomposition_table(kept_ops=KEPT_OPS, complex_ops: bool = False):
     if complex_ops:  # complex ops IREE cannot compile (on real views), float randint (cuvil_mlir/decompositions.py)
         from cuvil_mlir.decompositions import table as cuvil_table
 
-        table.update(cuvil_table())
+        for op, fn in cuvil_table().items():  # where torch-mlir decomposes the op too, its rule takes what ours leaves
+            table[op] = _chained(fn, table[op]) if op in table else fn
     return table
+
+
+def _chained(first, fallback):
+    def decompose(*args, **kwargs):
+        out = first(*args, **kwargs)
+        return fallback(*args, **kwargs) if out is NotImplemented else out
+
+    return decompose
 
 
 def to_exported_program(model, args=(), kwargs=None, dynamic_shapes=None):
