@@ -13,9 +13,14 @@ from cuvil_mlir.core.versions import __version__
 
 
 def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns=(), disabled_passes=(), disabled_patterns=(),
-            precision: str = "fp32", calibration=None, cache=False):
-    """Compile an ``nn.Module`` (with example ``args``), an ``ExportedProgram``, a ``.pt2`` path, or an
-    ONNX model (a ``.onnx`` path or an ``onnx.ModelProto``: docs/onnx.md).
+            precision: str = "fp32", calibration=None, kwargs=None, dynamic_shapes=None, cache=False):
+    """Compile an ``nn.Module`` (with example ``args`` and ``kwargs``), an ``ExportedProgram``, a ``.pt2``
+    path, or an ONNX model (a ``.onnx`` path or an ``onnx.ModelProto``: docs/onnx.md).
+
+    ``dynamic_shapes`` (an nn.Module only) is torch.export's: e.g. ``({0: Dim("batch", max=64)},)``;
+    the dims and their ranges are recorded and every call is checked against them. The result
+    is called like the model: same inputs (kwargs too), same output structure; inputs the
+    model mutates in place are updated, mutated buffers persist across calls.
 
     Returns a ``CompiledModel``. ``patterns`` are extra ``PatternSet``s run after raising;
     ``disabled_passes`` names passes to skip; ``disabled_patterns`` names single patterns to
@@ -30,10 +35,12 @@ def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns
     options = Options(target=target, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=tuple(disabled_passes),
                       disabled_patterns=tuple(disabled_patterns), precision=precision, calibration=calibration)
     if cache is not False and cache is not None:
+        if kwargs or dynamic_shapes is not None:
+            raise CuvilError("compile(cache=...) takes positional example args only (no kwargs, no dynamic_shapes) for now")
         from cuvil_mlir.compiler.cache import cached_compile
 
         return cached_compile(model, args, options, cache)
-    return compile_program(model, args, options)
+    return compile_program(model, args, options, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
 
 
 def lower(model, args=(), *, stage: str = "cuvil", target: str = "cpu", patterns=(), elide_weights: bool = True) -> str:

@@ -60,6 +60,13 @@ class Target:
     needs: ClassVar[str] = ""  # what running the module needs, in words
     stages: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = DEFAULT_STAGES
     fallbacks: ClassVar[tuple[tuple[str, str], ...]] = DEFAULT_FALLBACKS
+    # Whether the target computes float64. IREE demotes f64 to f32 by default, but its
+    # function still declares f64 arguments and results backed by f32 storage ("buffer view
+    # byte length 192 exceeds backing buffer 96"): a float64 model is garbage. Where True the
+    # pipeline turns demotion off (--iree-input-demote-f64-to-f32=false; compiled and checked
+    # on llvm-cpu and vmvx, compiled for cuda and rocm); where False a float64 input or output
+    # is refused at compile time with what to do instead.
+    holds_f64: ClassVar[bool] = True
 
     @property
     def name(self) -> str:

@@ -8,11 +8,10 @@ fails) and handed to the IREE compiler as bytes.
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shlex
-import tempfile
 
+from cuvil_mlir.core import repro
 from cuvil_mlir.core.diagnostics import CompileError
 from cuvil_mlir.core.ir import ir, module_to_bytecode
 
@@ -46,11 +45,19 @@ def compile_to_vmfb(module: ir.Module, flags: list[str], *, input_type: str = "t
     try:
         return compile_str(data, input_type=input_type, extra_args=list(flags))
     except CompilerToolError as e:
-        path = _save_input(data)
         first = _first_error(str(e))
+
+        def still_fails(small: bytes) -> bool:  # the same first error without the weights
+            try:
+                compile_str(small, input_type=input_type, extra_args=list(flags))
+            except CompilerToolError as again:
+                return _first_error(str(again)) == first
+            return False
+
+        path, note = repro.write(data, "cuvil-repro-iree-", still_fails)
         # quoted: a flag may carry an attribute (a #hal.device.target with spaces, quotes, <>, |)
-        cmd = shlex.join(["iree-compile", path, f"--iree-input-type={input_type}", *flags, "-o", "out.vmfb"])
-        raise CompileError(f"IREE failed to compile the module: {first}", repro=cmd) from e
+        cmd = shlex.join(["iree-compile", path, f"--iree-input-type={input_type}", *flags, "-o", "out.vmfb"]) if path else None
+        raise CompileError(f"IREE failed to compile the module: {first}" + (f" ({note})" if note else ""), repro=cmd) from e
 
 
 KERNEL_ATTR = "cuvil.kernel"
@@ -117,13 +124,6 @@ def _bytecode_or_text(module) -> bytes:
         return buf.getvalue()
     except Exception:
         return module.operation.get_asm(print_generic_op_form=True, binary=True)
-
-
-def _save_input(data: bytes) -> str:
-    fd, path = tempfile.mkstemp(prefix="cuvil-repro-iree-", suffix=".mlirbc")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    return path
 
 
 def _first_error(text: str) -> str:

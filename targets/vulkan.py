@@ -71,6 +71,7 @@ class VulkanTarget(GpuTarget):
     needs: ClassVar[str] = "a Vulkan 1.1 driver (any GPU, or Mesa's lavapipe on the CPU)"
     stages: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = STAGES
     fallbacks: ClassVar[tuple[tuple[str, str], ...]] = FALLBACKS
+    holds_f64: ClassVar[bool] = False  # SPIR-V GLSL ops take 16/32-bit floats only ('spirv.GL.Exp' on f64 fails)
 
     def iree_flags(self) -> list[str]:
         # IREE's default is O0; the target's opt level (O3 unless asked) is what makes it fast.

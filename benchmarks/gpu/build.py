@@ -276,7 +276,7 @@ def compile_cuvil(model, args, spec: str, **options):
 
 def _compile_cuvil(model, args, spec: str, **options):
     import cuvil_mlir
-    from cuvil_mlir.precision import parse_policy
+    from cuvil_mlir.compiler.precision import parse_policy
 
     if parse_policy(options.get("precision")).name == "int8":
         options["calibration"] = cuvil_mlir.calibrate(model, calibration_samples(args), target=spec)

@@ -36,6 +36,8 @@ def add_parsers(sub, common) -> None:
                    help="a Python file of PatternSets to run after raising (repeatable)")
     p.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
                    help="skip a built-in pass (repeatable; for A/B comparisons)")
+    p.add_argument("--dynamic", action="append", default=[], metavar="SPEC",
+                   help="make input dims dynamic: [NAME=]I:D[,I:D...][@MIN..MAX], e.g. batch=0:0@1..64 (repeatable; cuvil_mlir/compiler/dynamic.py)")
     p.add_argument("--cache", action="store_true", help="reuse or fill the compile cache (cuvil cache info; docs/jit-and-cache.md)")
     p.set_defaults(command=_compile)
 
@@ -69,10 +71,15 @@ def _compile(args, parser) -> int:
     quiet_torch_logs(args)
     try:
         model = args.model
+        if args.dynamic:  # the program exported again with these dims dynamic
+            from cuvil_mlir.compiler.dynamic import with_dynamic_dims
+            from cuvil_mlir.compiler.importers.fx import load_exported_program
+
+            model = with_dynamic_dims(load_exported_program(args.model), args.dynamic)
         if needs_calibration(args):  # the program is loaded once, for the calibration and the compile
             from cuvil_mlir.compiler.importers.fx import load_exported_program
 
-            model = load_exported_program(args.model)
+            model = model if not isinstance(model, str) else load_exported_program(args.model)
             options.calibration = read_calibration(args, model, model.example_inputs[0] if model.example_inputs else None,
                                                patterns=tuple(patterns), disabled_passes=tuple(args.disable_pass))
         if args.emit is not None:
@@ -119,12 +126,13 @@ def _run(args, parser) -> int:
         compiled = load(args.package, prefer=args.target)
     except (KeyError, TypeError, ValueError) as e:  # metadata.json parses but its signature does not
         raise PackageError(f"{args.package} is corrupt: malformed signature in metadata.json ({type(e).__name__}: {e})") from e
-    n_out = len(compiled.signature.outputs)
+    n_out = len(compiled.boundary.outputs)  # the model's output leaves (not state updates or write-backs)
     if args.output and len(args.output) != n_out:
         raise InputError(f"the model has {n_out} output(s) but {len(args.output)} --output path(s) were given")
     arrays = [read_npy(p) for p in args.input]
-    result = compiled(*arrays)
-    outputs = list(result) if isinstance(result, tuple) else [result]
+    from cuvil_mlir.runtime.boundary import output_leaves
+
+    outputs = output_leaves(compiled(*arrays))  # a dict, nested or namedtuple result: its leaves in order
     print(f"ran on target {compiled.active_target}")
     if args.output:
         for i, (path, out) in enumerate(zip(args.output, outputs)):

@@ -18,12 +18,15 @@ IREE), for A/B comparisons (cuvil_mlir/eval/harness.py).
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from cuvil_mlir.compiler import precision
+from cuvil_mlir.runtime import boundary
 from cuvil_mlir.compiler.calibration import Calibration
 from cuvil_mlir.core.versions import versions
 from cuvil_mlir.runtime.compiled import CompiledModel
@@ -40,6 +43,8 @@ from cuvil_mlir.runtime.signature import signature_of
 from cuvil_mlir.targets import iree, parse_targets
 
 IMPORT_STAGE = Stage.TORCH
+# float64 computed as float64 where the target can (targets/base.py holds_f64)
+F64_FLAGS = ("--iree-input-demote-f64-to-f32=false",)
 
 
 @dataclass
@@ -65,9 +70,11 @@ def stage_names(target_spec: str = "cpu") -> list[str]:
     return [IMPORT_STAGE, *[name for name, _ in target.stages], "vmfb"]
 
 
-def compile_program(model, args=(), options: Options | None = None, *, emit: str | None = None, elide_weights: bool = True):
+def compile_program(model, args=(), options: Options | None = None, *, emit: str | None = None, elide_weights: bool = True,
+                    kwargs=None, dynamic_shapes=None):
     """Run the pipeline; returns a CompiledModel (one module per target, in the order
-    given), or an Emitted when ``emit`` names a stage (of the first target)."""
+    given), or an Emitted when ``emit`` names a stage (of the first target). ``kwargs`` and
+    ``dynamic_shapes`` go to torch.export with ``args`` (an nn.Module only)."""
     options = options or Options()
     targets = parse_targets(options.target, opt_level=options.opt_level)
     check_disabled(options)
@@ -79,11 +86,10 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
     # import: torch-mlir's FX importer -> torch dialect (value semantics, weights as literals)
     start = time.perf_counter()
     ctx = make_context()
-    if onnx.is_onnx_model(model):  # a .onnx path or ModelProto: torch-mlir's ONNX importer
-        module = onnx.import_model(model, ctx)
-    else:
-        module = fx.import_program(fx.to_exported_program(model, args), ctx)
+    module, prepared = _import(model, args, kwargs, dynamic_shapes, ctx, complex_ops=True)
     signature = signature_of(module)
+    prepared = prepared or boundary.Prepared.identity(signature)
+    prepared.check_against(signature)
     import_seconds = time.perf_counter() - start
     if emit == IMPORT_STAGE:
         return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
@@ -97,7 +103,7 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
             return result
         built.append(result)
 
-    return CompiledModel([b.module for b in built], _metadata(signature, built, options, import_seconds))
+    return _compiled(built, _metadata(signature, built, options, import_seconds), prepared)
 
 
 def compile_plain_iree(model, args=(), options: Options | None = None) -> CompiledModel:
@@ -107,11 +113,10 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     options = options or Options()
     targets = parse_targets(options.target, opt_level=options.opt_level)
     start = time.perf_counter()
-    if onnx.is_onnx_model(model):
-        module = onnx.import_model(model, make_context(), kept_ops=())
-    else:
-        module = fx.import_program(fx.to_exported_program(model, args), make_context(), kept_ops=())
+    module, prepared = _import(model, args, None, None, make_context(), kept_ops=())
     signature = signature_of(module)
+    prepared = prepared or boundary.Prepared.identity(signature)
+    prepared.check_against(signature)
     import_seconds = time.perf_counter() - start
 
     built = []
@@ -121,7 +126,34 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
         vmfb = iree.compile_to_vmfb(module, flags)
         seconds = {"iree-compile": round(time.perf_counter() - start, 4)}
         built.append(_Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, (), {}, target.requirements()), {}, seconds))
-    return CompiledModel([b.module for b in built], {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"})
+    return _compiled(built, {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"}, prepared)
+
+
+def _import(model, args, kwargs, dynamic_shapes, ctx, **options):
+    """torch-mlir's import: an ONNX model through its ONNX importer (no torch.export signature:
+    the boundary is read from the function, ``prepared`` None), anything else exported and
+    shaped by the boundary (cuvil_mlir/runtime/boundary.py)."""
+    if onnx.is_onnx_model(model):  # a .onnx path or ModelProto
+        onnx_options = {"kept_ops": options["kept_ops"]} if "kept_ops" in options else {}
+        return onnx.import_model(model, ctx, **onnx_options), None
+    program = fx.to_exported_program(model, args, kwargs, dynamic_shapes)
+    found = []
+
+    def prepare(decomposed):
+        from cuvil_mlir.compiler.f64_math import narrow_f64_math
+
+        narrow_f64_math(decomposed)  # float64 sin, tanh, erf, ... do not link on llvm-cpu
+        decomposed, prepared = boundary.prepare(decomposed)
+        found.append(prepared)
+        return decomposed
+
+    module = fx.import_program(program, ctx, prepare=prepare, **options)
+    return module, found[0]
+
+
+def _compiled(built, metadata: dict, prepared) -> CompiledModel:
+    metadata["boundary"] = prepared.boundary().to_json()
+    return CompiledModel([b.module for b in built], metadata, boundary=prepared.boundary(), state=prepared.state_values)
 
 
 def _metadata(signature, built: list["_Built"], options: Options, import_seconds: float) -> dict:
@@ -154,7 +186,30 @@ class _Built:
     kernels: list = field(default_factory=list)  # targets' own kernels: one record per kernel function
 
 
+class OptLevelFallbackWarning(UserWarning):
+    """IREE failed at the asked optimization level and the module was compiled at a lower one."""
+
+
 def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, elide_weights):
+    """``_compile_variants``; when IREE fails at every variant, retry at lower optimization
+    levels: some IREE codegen paths fail only at O2/O3 (max_pool2d with indices on the CPU:
+    "write affecting operations on global resources are restricted to workgroup distributed
+    contexts"), and a slower module beats no module. The flags used are recorded per module."""
+    try:
+        return _compile_variants(target, imported, ctx, options, emit, elide_weights)
+    except CompileError as e:
+        for level in (lvl for lvl in (1, 0) if lvl < target.opt_level):
+            try:
+                built = _compile_variants(dataclasses.replace(target, opt_level=level), imported, ctx, options, emit, elide_weights)
+            except CompileError:
+                continue
+            warnings.warn(f"target '{target.spec}': IREE failed at O{target.opt_level} ({e.message}); compiled at O{level}",
+                          OptLevelFallbackWarning, stacklevel=3)
+            return built
+        raise
+
+
+def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elide_weights):
     """Run the target's stages and IREE; on an IREE failure retry with the target's
     fallback stage lists (skipping any that lower to the same IR)."""
     failures: list[tuple[tuple, CompileError]] = []
@@ -178,7 +233,8 @@ def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, el
         # hand-off to IREE: bytecode across the seam, compiled with the target's flags (and
         # the precision policy's: quantized weights must not be expanded at compile time)
         start = time.perf_counter()
-        flags = [*target.iree_flags(), *precision.iree_flags(options.precision)]
+        boundary.check_dtypes(signature, target)
+        flags = [*target.iree_flags(), *precision.iree_flags(options.precision), *(F64_FLAGS if target.holds_f64 else ())]
         kernels: list[dict] = []  # which kernel function got which kernel (or why none)
         try:
             vmfb = iree.compile_to_vmfb(module, flags, kernels=target.kernel_builder(), report=kernels)

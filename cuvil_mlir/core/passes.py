@@ -15,13 +15,12 @@ import importlib.util
 import os
 import re
 import sys
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Union
 
 from cuvil_mlir.core.diagnostics import CuvilError, PassError, require_file
-from cuvil_mlir.core.ir import ir, module_to_bytecode
+from cuvil_mlir.core.ir import ir, module_to_bytecode, parse_module
 from cuvil_mlir.core.options import Configurable
 from cuvil_mlir.core.patterns import PatternFailure, PatternSet
 
@@ -144,10 +143,12 @@ def run_pipeline(module: ir.Module, passes: list[Pass], *, repro_dir: str | None
             _verify(module, p.name)
         except CuvilError as e:
             if e.repro is None:  # a pass's own error (e.g. verify-no-cuvil): add the repro
-                e.repro = _save_repro(p, before, repro_dir)
+                e.repro, note = _save_repro(p, before, repro_dir, module.context)
+                e.message += f" ({note})" if note else ""
             raise
         except (PatternFailure, ir.MLIRError) as e:
-            raise PassError(f"pass '{p.name}' failed: {e}", repro=_save_repro(p, before, repro_dir)) from e
+            cmd, note = _save_repro(p, before, repro_dir, module.context)
+            raise PassError(f"pass '{p.name}' failed: {e}" + (f" ({note})" if note else ""), repro=cmd) from e
     return fired
 
 
@@ -163,10 +164,18 @@ def _diagnostics_text(e: ir.MLIRError) -> str:
     return "; ".join(notes) if notes else str(e)
 
 
-def _save_repro(p: Pass, before: bytes, repro_dir: str | None) -> str:
-    """Write the pass's input to a file; return the cuvil-opt command that reruns the pass."""
-    directory = repro_dir or tempfile.gettempdir()
-    fd, path = tempfile.mkstemp(prefix=f"cuvil-repro-{p.name}-", suffix=".mlirbc", dir=directory)
-    with os.fdopen(fd, "wb") as f:
-        f.write(before)
-    return f"cuvil-opt {path} -p {p.name}"
+def _save_repro(p: Pass, before: bytes, repro_dir: str | None, ctx=None) -> tuple[str | None, str]:
+    """Write the pass's input to a file (small: cuvil_mlir/core/repro.py); return the cuvil-opt
+    command that reruns the pass (None when nothing was written) and a note on the file."""
+    from cuvil_mlir.core import repro
+    def still_fails(small: bytes) -> bool:
+        try:
+            m = parse_module(small, ctx)
+            run_pass(p, m)
+            m.operation.verify()
+        except Exception:
+            return True
+        return False
+
+    path, note = repro.write(before, f"cuvil-repro-{p.name}-", still_fails if ctx is not None else None, repro_dir)
+    return (f"cuvil-opt {path} -p {p.name}" if path else None), note

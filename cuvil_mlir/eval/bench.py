@@ -29,8 +29,8 @@ def bench_package(path: str | os.PathLike, inputs=None, *, prefer=None, repetiti
 
     settings = TimingSettings(repetitions, warmup, min_time, max_time, 1, input_sets)
     compiled = load(path, prefer=prefer)
-    sets, info, notes = package_input_sets(compiled.signature, inputs, settings.input_sets, seed)
-    compiled.signature.check(list(sets[0]))
+    sets, info, notes = package_input_sets(compiled.user_signature, inputs, settings.input_sets, seed)
+    compiled.user_signature.check(list(sets[0]))
     sets = _on_device(sets, io, compiled)
     start = time.perf_counter()
     compiled(*sets[0])

@@ -17,8 +17,12 @@ A pattern of the "lowered" stage is compared with eager PyTorch instead: lowerin
 would run the very pattern under test. An input set on which the program itself is badly
 conditioned (softmax of scores ~1e6) cannot tell a wrong rewrite from rounding, so an
 output's tolerance is at least ``NOISE_FACTOR`` times the reference's own error against
-eager PyTorch in float64 on that set. A pattern that does not fire must leave the IR as the
-pass's folding alone leaves it (no ops built and abandoned).
+eager PyTorch in float64 on that set. A rewrite must also not cost accuracy: where both
+programs are compared with float64 PyTorch, "after"'s error may be at most
+``ACCURACY_FACTOR`` times "before"'s (or a few units in the last place of the dtype,
+``ACCURACY_FLOOR_ULPS``), unless the example declares the rewrite lossy (its ``rtol``).
+A pattern that does not fire must leave the IR as the pass's folding alone leaves it (no
+ops built and abandoned).
 
 A failure writes a repro folder: ``before.mlir`` (the pass's input), ``after.mlir``, the
 inputs and both outputs as ``.npy``; its ``repro`` is the ``cuvil-opt`` command that reruns
@@ -56,6 +60,11 @@ UNINFORMATIVE = 0.1  # a tolerance the noise floor raised above this judges noth
 _NO_CONVERGENCE = ("the rewrite did not converge (a pattern that changes the IR and then returns None, or a "
                    "rewrite that matches its own result)")
 SCALES = (("randn", 1.0), ("large (x1e3)", 1e3), ("tiny (x1e-3)", 1e-3))
+# A rewrite may be at most this many times less accurate (vs float64) than the program before
+# it, or off by this many units in the last place of the output's dtype, whichever is larger
+# (a tanh-GELU epilogue lowered to IREE's aten.gelu(tanh) was 100x less accurate: issue 13).
+ACCURACY_FACTOR = 4.0
+ACCURACY_FLOOR_ULPS = 8.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -547,7 +556,7 @@ class _Checker:
         masked = [np.where(np.isfinite(r), g, r) if _is_float(r) and g.shape == r.shape else g for g, r in zip(got, ref)]
         errors = output_errors(masked, ref, self.tolerances)
         exact = exact if exact is not None and len(exact) == len(ref) else [None] * len(ref)
-        for e, r, x in zip(errors, ref, exact):
+        for e, g, r, x in zip(errors, masked, ref, exact):
             if e.problem or not _is_float(r):
                 continue
             floor = example_rtol or 0.0
@@ -557,6 +566,8 @@ class _Checker:
             if floor > e.rtol:
                 e.rtol = floor
                 e.passed = e.max_rel_err <= e.rtol
+            if x is not None and r.shape == x.shape and g.shape == r.shape and not example_rtol:
+                _check_accuracy(e, g, r, x)
         return errors
 
     def _lower_and_compile(self, module, passes) -> bytes | CompileError:
@@ -680,6 +691,20 @@ def _eager(module, inputs, *, fp64: bool = False) -> list[np.ndarray] | None:
             return [to_numpy(o) for o in tree_leaves(m(*xs))]
     except Exception:
         return None
+
+
+def _check_accuracy(e, got, ref, exact) -> None:
+    """Fail ``e`` when ``got`` is much further from float64 ``exact`` than ``ref`` is."""
+    before = output_errors([np.where(np.isfinite(ref), ref, exact)], [exact], check_dtype=False)[0].max_rel_err
+    after = output_errors([np.where(np.isfinite(ref), got, exact)], [exact], check_dtype=False)[0].max_rel_err
+    if not (math.isfinite(before) and math.isfinite(after)):
+        return
+    ulp = float(np.finfo(ref.dtype).eps) if np.issubdtype(ref.dtype, np.floating) else 0.0
+    allowed = max(ACCURACY_FACTOR * before, ACCURACY_FLOOR_ULPS * ulp)
+    if after > allowed:
+        e.passed = False
+        e.problem = (f"less accurate than before the rewrite: max rel err {after:.3g} against float64 PyTorch, "
+                     f"before {before:.3g} (allowed {allowed:.3g})")
 
 
 def _is_float(a) -> bool:

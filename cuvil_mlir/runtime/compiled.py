@@ -14,9 +14,9 @@ import warnings
 
 import numpy as np
 
+from cuvil_mlir.core.diagnostics import CuvilError, PackageError, RuntimeFailure
+from cuvil_mlir.runtime import boundary as _boundary
 from cuvil_mlir.runtime import device_resident, hostcpu, package
-from cuvil_mlir.core.diagnostics import CuvilError, RuntimeFailure
-from cuvil_mlir.runtime.arrays import input_arrays, to_torch
 from cuvil_mlir.runtime.session import Session, probe_drivers
 from cuvil_mlir.runtime.signature import Signature
 
@@ -32,12 +32,23 @@ class CompiledModel:
 
     Inputs are checked against the compiled signature (count, shape, dtype) first; an
     ``InputError`` is the caller's mistake and never makes it try another target.
+    The model's pytrees, in-place mutations of inputs, module state (mutated buffers, kept
+    here across calls) and Python scalars go through ``boundary`` (cuvil_mlir/runtime/boundary.py).
     """
 
-    def __init__(self, modules: list[package.PackagedModule], metadata: dict, *, prefer=None):
+    def __init__(self, modules: list[package.PackagedModule], metadata: dict, *, prefer=None, boundary=None, state=None):
         self.modules = list(modules)
         self.metadata = metadata
         self.signature = Signature.from_json(metadata["signature"])
+        if boundary is None:
+            try:
+                boundary = _boundary.Boundary.from_json(metadata["boundary"]) if "boundary" in metadata else _boundary.Boundary.identity(self.signature)
+            except (KeyError, TypeError, ValueError, IndexError) as e:
+                raise PackageError(f"the package's metadata.json has a malformed boundary ({type(e).__name__}: {e})") from e
+        self.boundary = boundary
+        self._state = [np.array(a, copy=True) for a in (state or [])]
+        if len(self._state) != len(boundary.state):
+            raise CuvilError(f"the program has {len(boundary.state)} state buffer(s) and {len(self._state)} value(s) were given")
         self._order = _preference_order(self.modules, prefer)
         self._session: Session | None = None
         self._active: package.PackagedModule | None = None
@@ -72,25 +83,35 @@ class CompiledModel:
         self._start(self._runnable(), previous=None)
         return self.active_target
 
-    def __call__(self, *inputs):
-        if device_resident.wanted(inputs):  # torch tensors on a GPU: no host round trip (runtime/device_resident.py)
-            outputs = device_resident.call(self, inputs)
+    def __call__(self, *args, **kwargs):
+        if not kwargs and self.boundary.is_plain() and device_resident.wanted(args):
+            # torch tensors on a GPU: no host round trip (runtime/device_resident.py)
+            outputs = device_resident.call(self, args)
             if outputs is not None:
-                return outputs[0] if len(outputs) == 1 else tuple(outputs)
-        arrays, as_torch = input_arrays(inputs)
-        self.signature.check(arrays)
+                return self.boundary.structure(outputs)
+        call = self.boundary.bind(args, kwargs, self.signature, self._state)
         if self._session is None and not self._failures:
             self.select()
-        outputs = self._invoke(self.metadata.get("function", "main"), arrays)
-        outputs = [_as_declared(o, spec.dtype) for o, spec in zip(outputs, self.signature.outputs)] + outputs[len(self.signature.outputs):]
-        if as_torch:
-            outputs = [to_torch(o) for o in outputs]
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        results = self._invoke(self.metadata.get("function", "main"), call.arrays)
+        return self.boundary.unbind(call, results, self.signature, self._state)
+
+    @property
+    def user_signature(self) -> Signature:
+        """The tensors a caller passes (in input-leaf order) and gets back: the function's
+        signature less the state arguments and the results that are state or write-backs."""
+        ins = tuple(self.signature.inputs[leaf.index] for leaf in self.boundary.inputs if leaf.kind == "tensor")
+        outs = tuple(self.signature.outputs[leaf.index] for leaf in self.boundary.outputs if leaf.kind == "tensor")
+        return Signature(ins, outs)
+
+    @property
+    def state(self) -> dict[str, np.ndarray]:
+        """The module state (buffers the program mutates) as it is now, by buffer name."""
+        return {slot.name: value for slot, value in zip(self.boundary.state, self._state)}
 
     def _invoke(self, function: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
         while self._session is not None:
             try:
-                return self._session.invoke(function, arrays)
+                return _boundary.as_declared(self._session.invoke(function, arrays), self.signature)
             except RuntimeFailure as e:
                 failed = self._active
                 self._failures[failed.target] = f"a call failed: {e.message}"
@@ -142,7 +163,15 @@ class CompiledModel:
         return RuntimeFailure("\n".join(lines))
 
     def save(self, path: str | os.PathLike, *, compress: bool = True) -> None:
-        package.write(path, self.modules, {k: v for k, v in self.metadata.items() if k != "modules"}, compress=compress)
+        """Write the package; the module state is saved as it is now (state/<i>.npy). ``compress=False``
+        stores the modules uncompressed (the compile cache's entries)."""
+        metadata = {k: v for k, v in self.metadata.items() if k not in ("modules", "boundary", "state")}
+        metadata["boundary"] = self.boundary.to_json()
+        files = {f"state/{i}.npy": _boundary.state_to_bytes(a) for i, a in enumerate(self._state)}
+        if files:
+            metadata["state"] = [{"name": slot.name, "file": name, "sha256": _boundary.state_digest(data)}
+                                 for slot, (name, data) in zip(self.boundary.state, files.items())]
+        package.write(path, self.modules, metadata, files, compress=compress)
 
     def __repr__(self) -> str:
         ins = ", ".join(s.describe() for s in self.signature.inputs)
@@ -169,15 +198,7 @@ def _preference_order(modules: list[package.PackagedModule], prefer) -> list[pac
 def load(path: str | os.PathLike, prefer=None) -> CompiledModel:
     """Read a package and load it on this machine's first usable target (see ``select``)."""
     metadata, modules = package.read(path)
-    compiled = CompiledModel(modules, metadata, prefer=prefer)
+    state = [_boundary.state_from_bytes(package.read_file(path, s["file"], s["sha256"]), s["name"]) for s in metadata.get("state", ())]
+    compiled = CompiledModel(modules, metadata, prefer=prefer, state=state)
     compiled.select()
     return compiled
-
-
-def _as_declared(array, dtype: str):
-    """An unsigned output IREE returns as the signed integer of its width (torch-mlir's ui64
-    is i64 to IREE) comes back as the signature's dtype: the same bits, viewed."""
-    if str(array.dtype) != dtype and dtype.startswith("uint") and array.dtype.kind == "i" \
-            and array.dtype.itemsize == np.dtype(dtype).itemsize:
-        return array.view(dtype)
-    return array

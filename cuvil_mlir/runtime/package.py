@@ -2,8 +2,9 @@
 
 Layout::
 
-    metadata.json           {"format": "cuvilpkg", "format_version": 1, "signature": ..., "modules": [...], ...}
+    metadata.json           {"format": "cuvilpkg", "format_version": 2, "signature": ..., "boundary": ..., "modules": [...], ...}
     modules/<target>.vmfb   one IREE module per target
+    state/<i>.npy           the module state (buffers the program mutates), when it has some
 
 Loading reads JSON and bytes only (never pickle, never code), checks every module's
 sha256, and rejects a corrupt or foreign file with a message that says which.
@@ -23,7 +24,8 @@ from pathlib import Path
 from cuvil_mlir.core.diagnostics import PackageError, require_file
 
 FORMAT = "cuvilpkg"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 added "boundary" and "state" (docs/package-format.md)
+READ_VERSIONS = (1, 2)  # a version-1 package (no boundary) loads with positional tensors in and out
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,10 @@ def module_file_name(target_spec: str) -> str:
     return "modules/" + re.sub(r"[^A-Za-z0-9_.-]", "_", target_spec) + ".vmfb"
 
 
-def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict, *, compress: bool = True) -> None:
+def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict, files: dict[str, bytes] | None = None,
+          *, compress: bool = True) -> None:
     """Write atomically: a failure never leaves a half-written package at ``path``.
+    ``files``: more entries (name -> bytes; the module state, ``state/<i>.npy``).
     ``compress=False`` stores the modules uncompressed (deflate runs at ~30 MB/s on a module's
     weights and saves <10%: the compile cache stores its entries so)."""
     path = Path(path)
@@ -60,6 +64,8 @@ def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict
             z.writestr("metadata.json", json.dumps(meta, indent=2, sort_keys=True))
             for m, e in zip(modules, entries):
                 z.writestr(e["file"], m.vmfb)
+            for name, data in (files or {}).items():
+                z.writestr(name, data)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -90,8 +96,9 @@ def _parse_metadata(raw: bytes, path: Path) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise PackageError(f"{path} is not a .cuvilpkg: metadata.json has no \"format\": \"{FORMAT}\"")
     version = meta.get("format_version")
-    if version != FORMAT_VERSION:
-        raise PackageError(f"{path} has package format version {version}; this cuvil-mlir reads version {FORMAT_VERSION}")
+    if version not in READ_VERSIONS:
+        raise PackageError(f"{path} has package format version {version}; this cuvil-mlir reads versions "
+                           f"{', '.join(map(str, READ_VERSIONS))}")
     for key in ("signature", "modules"):
         if key not in meta:
             raise PackageError(f"{path} is corrupt: metadata.json lacks '{key}'")
@@ -124,3 +131,17 @@ def _read_module(z: zipfile.ZipFile, names: set, entry: dict, path: Path) -> Pac
     if not isinstance(requires, dict):
         raise PackageError(f"{path} is corrupt: 'requires' of module '{target}' is not an object")
     return PackagedModule(target, driver, flags, data, passes, dict(entry.get("patterns_fired", {})), dict(requires))
+
+
+def read_file(path: str | os.PathLike, name: str, sha256: str) -> bytes:
+    """One more entry of a package (``write``'s ``files``), checked against its sha256."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            if name not in z.namelist():
+                raise PackageError(f"{path} is corrupt: {name} is missing")
+            data = z.read(name)
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise PackageError(f"{path} is corrupt: {e}") from e
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise PackageError(f"{path} is corrupt: {name} fails its sha256 check")
+    return data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from cuvil_mlir.core.diagnostics import InputError
@@ -72,8 +73,16 @@ def as_signature(arrays, signature: Signature) -> list:
     return out
 
 
+_COMPLEX = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],complex<(f32|f64)>>$")
+
+
 def spec_from_type(type_text: str) -> TensorSpec:
     info = parse_vtensor(type_text)
+    complex_match = _COMPLEX.match(type_text.strip()) if info is None else None
+    if complex_match:  # complex64/complex128: numpy and IREE's runtime hold them
+        dims = complex_match.group(1)
+        shape = tuple(-1 if d.strip() == "?" else int(d) for d in dims.split(",")) if dims.strip() else ()
+        return TensorSpec(shape, {"f32": "complex64", "f64": "complex128"}[complex_match.group(2)])
     if info is None:
         raise InputError(f"unsupported argument or result type {type_text} (only tensors are supported)")
     return TensorSpec(info.shape, MLIR_TO_NUMPY.get(info.dtype, info.dtype))

@@ -10,6 +10,7 @@ Test: tests/lowering/to_torch/lower-cuvil-to-torch.mlir.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,11 +42,25 @@ def _activation(x, activation: str):
     t = x.type
     if activation == "none":
         return x
-    if activation in ("gelu", "gelu_tanh"):
-        return build("torch.aten.gelu", [x, torch_str("tanh" if activation == "gelu_tanh" else "none")], t)
+    if activation == "gelu_tanh":
+        return _tanh_gelu(x)
+    if activation == "gelu":
+        return build("torch.aten.gelu", [x, torch_str("none")], t)
     if activation == "relu6":
         return build("torch.aten.clamp", [x, torch_float(0.0), torch_float(6.0)], t)
     return build(f"torch.aten.{activation}", [x], t)  # relu, silu, sigmoid
+
+
+def _tanh_gelu(x):
+    """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), written out: IREE 3.13's
+    lowering of aten.gelu(approximate="tanh") is off by ~5e-5 (fp32, absolute) where this
+    form is off by ~7e-7; an epilogue must not cost the accuracy the unfused model had."""
+    t = x.type
+    cube = build("torch.aten.mul.Tensor", [build("torch.aten.mul.Tensor", [x, x], t), x], t)
+    inner = build("torch.aten.add.Tensor", [x, build("torch.aten.mul.Scalar", [cube, torch_float(0.044715)], t), torch_int(1)], t)
+    th = build("torch.aten.tanh", [build("torch.aten.mul.Scalar", [inner, torch_float(math.sqrt(2.0 / math.pi))], t)], t)
+    one_plus = build("torch.aten.add.Scalar", [th, torch_float(1.0), torch_int(1)], t)
+    return build("torch.aten.mul.Tensor", [build("torch.aten.mul.Scalar", [x, torch_float(0.5)], t), one_plus], t)
 
 
 def linear(op, rewriter):
@@ -127,16 +142,17 @@ def attention_decomposed(op, rewriter):
 
 
 def _batched_matmul(a, b, result_type):
-    """a @ b as mm (2-D), bmm (3-D) or view + bmm + view (equal static batch dims; else
-    aten.matmul): IREE's CPU code for a 4-D aten.matmul was ~50x slower than for the bmm
-    (1x4x128x64 attention, 2026-12-03)."""
+    """a @ b as mm (2-D), bmm (3-D) or view + bmm + view (equal batch dims, every dim
+    static; else aten.matmul): IREE's CPU code for a 4-D aten.matmul was ~50x slower than
+    for the bmm (1x4x128x64 attention, 2026-12-03). A view's -1 infers one dim: with a
+    dynamic sequence length in both matrix dims the views would be wrong (issue 13)."""
     ta, tb = info(a), info(b)
     if ta.rank == 2:
         return build("torch.aten.mm", [a, b], result_type)
     if ta.rank == 3:
         return build("torch.aten.bmm", [a, b], result_type)
     batch = ta.shape[:-2]
-    if any(d < 0 for d in batch) or tb.shape[:-2] != batch:
+    if any(d < 0 for d in (*ta.shape, *tb.shape)) or tb.shape[:-2] != batch:
         return build("torch.aten.matmul", [a, b], result_type)
     n = int(np.prod(batch))
     a3 = build("torch.aten.view", [a, torch_int_list([n, *ta.shape[-2:]])], vtensor_type([n, *ta.shape[-2:]], ta.dtype))

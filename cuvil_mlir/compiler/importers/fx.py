@@ -35,12 +35,26 @@ def load_exported_program(path: str | os.PathLike):
         raise ImportError_(f"{path} is not a loadable torch.export program: {type(e).__name__}: {e}") from e
 
 
-def _decomposition_table(kept_ops=KEPT_OPS):
+def _decomposition_table(kept_ops=KEPT_OPS, complex_ops: bool = False):
     import torch
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     kept = {getattr(torch.ops.aten, name) for name in kept_ops if hasattr(torch.ops.aten, name)}
-    return {op: fn for op, fn in get_decomposition_table().items() if getattr(op, "overloadpacket", None) not in kept}
+    table = {op: fn for op, fn in get_decomposition_table().items() if getattr(op, "overloadpacket", None) not in kept}
+    if complex_ops:  # complex ops IREE cannot compile (on real views), float randint (cuvil_mlir/compiler/decompositions.py)
+        from cuvil_mlir.compiler.decompositions import table as cuvil_table
+
+        for op, fn in cuvil_table().items():  # where torch-mlir decomposes the op too, its rule takes what ours leaves
+            table[op] = _chained(fn, table[op]) if op in table else fn
+    return table
+
+
+def _chained(first, fallback):
+    def decompose(*args, **kwargs):
+        out = first(*args, **kwargs)
+        return fallback(*args, **kwargs) if out is NotImplemented else out
+
+    return decompose
 
 
 def to_exported_program(model, args=(), kwargs=None, dynamic_shapes=None):
@@ -52,29 +66,34 @@ def to_exported_program(model, args=(), kwargs=None, dynamic_shapes=None):
     if isinstance(model, torch.export.ExportedProgram):
         return model
     if isinstance(model, torch.nn.Module):
+        from cuvil_mlir.compiler.export_modes import export_module
+
         args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
-        try:
-            return torch.export.export(model, args, kwargs or {}, dynamic_shapes=dynamic_shapes, strict=False)
-        except Exception as e:
-            raise ImportError_(f"torch.export failed for {type(model).__name__}: {type(e).__name__}: {_short(e)}") from e
+        return export_module(model, args, kwargs or {}, dynamic_shapes)
     raise ImportError_(
         f"cannot compile a {type(model).__name__}: expected an nn.Module with example args, "
         "a torch.export.ExportedProgram, or the path of a .pt2 file"
     )
 
 
-def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS) -> ir.Module:
+def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS, prepare=None,
+                   complex_ops: bool = False) -> ir.Module:
     """ExportedProgram -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
 
     ``kept_ops=()`` is torch-mlir's own import: its default decompositions and backend-legal
-    ops, nothing kept whole (the plain-IREE baseline of the comparison harness)."""
+    ops, nothing kept whole (the plain-IREE baseline of the comparison harness).
+    ``prepare``: a function of the decomposed program (our copy) that returns the program
+    to import (cuvil_mlir/runtime/boundary.py shapes the function's arguments and results).
+    ``complex_ops``: decompose the ops IREE gets wrong or cannot compile (decompositions.py)."""
     from torch_mlir import fx
     from torch_mlir.extras.fx_importer import FxImporter
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecation noise
-            program = _with_non_persistent_buffers(program.run_decompositions(_decomposition_table(kept_ops)))
+            program = _with_non_persistent_buffers(program.run_decompositions(_decomposition_table(kept_ops, complex_ops)))
+            if prepare is not None:
+                program = prepare(program)
             return fx.export_and_import(
                 program,
                 output_type="torch",
@@ -83,6 +102,8 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
                 backend_legal_ops=[f"aten.{name}" for name in kept_ops] or None,  # None: torch-mlir's defaults
                 func_name=func_name,
             )
+    except ImportError_:
+        raise
     except Exception as e:
         raise ImportError_(f"torch-mlir could not import the program: {type(e).__name__}: {_short(e)}") from e
 

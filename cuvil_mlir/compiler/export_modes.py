@@ -1,0 +1,65 @@
+"""torch.export of an ``nn.Module``, trying the export modes in turn.
+
+Non-strict export (tracing Python with fake tensors) is the default: it handles the most
+models. It cannot decide data-dependent Python (``int(t)``, ``if t.sum() > 0``, sizes read
+from values) and raises GuardOnDataDependentSymNode; strict export (TorchDynamo) handles
+some of those (``float(t[0])``, ``x[: n.item()]``). Draft export handles the rest by
+assuming what the example inputs do, and records those assumptions as runtime asserts in
+the program: a warning names them, because inputs that take another branch are wrong for
+that program (the assert, where torch-mlir keeps it, fails the call instead).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from cuvil_mlir.core.diagnostics import ImportError_
+
+
+class DataDependentExportWarning(UserWarning):
+    """The program was exported by assuming what the example inputs' values decide."""
+
+
+def _is_data_dependent(e: BaseException) -> bool:
+    text = f"{type(e).__name__}: {e}"
+    return any(k in text for k in ("GuardOnDataDependentSymNode", "data-dependent", "Data-dependent", "DataDependent"))
+
+
+def export_module(model, args: tuple, kwargs: dict, dynamic_shapes=None):
+    """An ExportedProgram of ``model``: non-strict, then (for data-dependent Python) strict,
+    then draft export with a DataDependentExportWarning. Other failures raise at once."""
+    import torch
+
+    errors = []
+    for mode in ("non-strict", "strict"):
+        try:
+            return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=mode == "strict")
+        except Exception as e:
+            errors.append((mode, e))
+            if not _is_data_dependent(e):
+                break
+    first_mode, first = errors[0]
+    if not _is_data_dependent(first):
+        raise ImportError_(f"torch.export failed for {type(model).__name__}: {type(first).__name__}: {_short(first)}") from first
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.draft_export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
+    except Exception as e:
+        tried = "; ".join(f"{mode}: {type(err).__name__}: {_short(err, 200)}" for mode, err in errors)
+        raise ImportError_(f"torch.export failed for {type(model).__name__} in every mode ({tried}; draft: "
+                           f"{type(e).__name__}: {_short(e, 200)})") from e
+    if any(node.target is getattr(torch, "sym_ite", None) for node in program.graph.nodes):
+        # a branch on a value draft export could only keep as a symbolic if-then-else,
+        # which torch-mlir cannot import: the first error says what to change
+        raise ImportError_(f"torch.export failed for {type(model).__name__}: {type(first).__name__}: {_short(first)} "
+                           "(strict and draft export cannot capture this branch either: write it with torch.where or torch.cond)") from first
+    warnings.warn(f"{type(model).__name__} reads tensor values in Python ({_short(first, 160)}); it was exported with "
+                  "torch.export.draft_export, which assumes what the example inputs decide: inputs that take another "
+                  "branch or size need another compile", DataDependentExportWarning, stacklevel=3)
+    return program
+
+
+def _short(e: BaseException, limit: int = 600) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[:limit] + " ..."
