@@ -392,7 +392,8 @@ def profile(model, args=(), *, target: str = "cpu", inputs=None, repetitions: in
 def profile_compiled(compiled, inputs=None, *, repetitions: int = 10, iterations: int = 20, runtime_flags=(),
                      model: str = "", workdir=None, modes=None, keep_profile=None) -> dict:
     """Profile a CompiledModel's first module that can run here (see ``profile``)."""
-    from cuvil_mlir.eval.measure import random_array, to_numpy
+    from cuvil_mlir.eval.measure import random_array
+    from cuvil_mlir.runtime.arrays import to_numpy
     from cuvil_mlir.runtime.signature import as_signature
     from cuvil_mlir.targets import parse_target
 

@@ -632,10 +632,20 @@ def _dynamic_dims(program, args: list) -> list[DynamicDim]:
             if not isinstance(expr, sympy.Symbol):
                 continue  # a derived size (2*s0): checked through the symbol it is made of
             r = ranges.get(str(expr))
-            lower = int(r.lower) if r is not None and r.lower.is_finite else 0
-            upper = int(r.upper) if r is not None and r.upper.is_finite else None
-            out.append(DynamicDim(i, d, str(expr), lower, upper))
+            lower = _finite_int(r.lower) if r is not None else None
+            upper = _finite_int(r.upper) if r is not None else None
+            out.append(DynamicDim(i, d, str(expr), lower or 0, upper))
     return out
+
+
+def _finite_int(bound) -> int | None:
+    """A range bound as an int; None for an infinite one (sympy's oo, or torch's own int_oo,
+    whose ``is_finite`` does not say so)."""
+    try:
+        value = int(bound)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return None
+    return value if abs(value) < 2**62 else None
 
 
 def check_dtypes(signature: Signature, target) -> None:

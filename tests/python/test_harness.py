@@ -186,7 +186,7 @@ def test_configs_resolve_to_passes_and_patterns():
 
 @pytest.mark.parametrize("text, message", [
     ("without:no-such-pass", r"no such pattern; patterns: .*raise-torch-to-cuvil/linear"),
-    ("without:linear", r"several passes .*name one: lower-cuvil-to-torch/linear, raise-torch-to-cuvil/linear"),
+    ("without:linear", r"several passes .*name one: raise-torch-to-cuvil/linear, lower-cuvil-to-torch/linear"),
     ("fastest", r"unknown configuration 'fastest'; configurations: default, plain-iree, without:PASS"),
 ])
 def test_unknown_or_ambiguous_configs_fail_naming_the_valid_ones(text, message):

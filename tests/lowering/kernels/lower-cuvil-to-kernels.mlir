@@ -21,7 +21,7 @@
 // LOWERED-LABEL: func.func @mlp
 // LOWERED:       func.func private @cuvil_kernel_linear_128x3072x768_f16_gelu_tanh_bias
 // LOWERED:         torch.aten.linear
-// LOWERED:         torch.aten.gelu
+// LOWERED:         torch.aten.tanh
 // LOWERED-NOT:   cuvil.linear
 func.func @mlp(%x: !torch.vtensor<[2,64,768],f16>, %w1: !torch.vtensor<[3072,768],f16>, %b1: !torch.vtensor<[3072],f16>, %w2: !torch.vtensor<[3072,768],f16>) -> (!torch.vtensor<[2,64,3072],f16>, !torch.vtensor<[2,64,3072],f16>) {
   %0 = "cuvil.linear"(%x, %w1, %b1) {activation = "gelu_tanh", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,64,768],f16>, !torch.vtensor<[3072,768],f16>, !torch.vtensor<[3072],f16>) -> !torch.vtensor<[2,64,3072],f16>
