@@ -184,23 +184,9 @@ def _kernel():
         return v
 
     @triton.jit
-    def cuvil_linear(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-                     F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                     GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr):
-        # F: out features (N, or N // 2 gated). Programs are grouped along M for L2 reuse of W.
-        xd = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
-        wd = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
-        yd = tl.make_tensor_descriptor(y_ptr, shape=[M, F], strides=[F, 1], block_shape=[BM, BN])
-        pid = tl.program_id(0)
-        num_m = tl.cdiv(M, BM)
-        num_n = tl.cdiv(F, BN)
-        width = GROUP * num_n
-        first = (pid // width) * GROUP
-        size = min(num_m - first, GROUP)
-        pm = first + (pid % width) % size
-        pn = (pid % width) // size
-        om = pm * BM
-        on = pn * BN
+    def _tile(xd, wd, yd, b_ptr, y_ptr, om, on, K: tl.constexpr, F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+              BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr):
+        # one [BM, BN] output tile at (om, on): TMA loads, wgmma (tl.dot) into fp32, the epilogue, a TMA store
         acc = tl.zeros((BM, BN), tl.float32)
         if GATED:
             up = tl.zeros((BM, BN), tl.float32)
@@ -220,6 +206,26 @@ def _kernel():
         yd.store([om, on], acc.to(y_ptr.dtype.element_ty))
 
     @triton.jit
+    def cuvil_linear(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                     F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                     GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr):
+        # F: out features (N, or N // 2 gated). Programs are grouped along M for L2 reuse of W.
+        xd = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+        wd = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+        yd = tl.make_tensor_descriptor(y_ptr, shape=[M, F], strides=[F, 1], block_shape=[BM, BN])
+        pid = tl.program_id(0)
+        num_m = tl.cdiv(M, BM)
+        num_n = tl.cdiv(F, BN)
+        width = GROUP * num_n
+        first = (pid // width) * GROUP
+        size = min(num_m - first, GROUP)
+        pm = first + (pid % width) % size
+        pn = (pid % width) // size
+        om = pm * BM
+        on = pn * BN
+        _tile(xd, wd, yd, b_ptr, y_ptr, om, on, K, F, BM, BN, BK, HAS_BIAS, ACT, GATED)
+
+    @triton.jit
     def cuvil_linear_persistent(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                                 F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                                 GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr,
@@ -230,29 +236,12 @@ def _kernel():
         num_m = tl.cdiv(M, BM)
         num_n = tl.cdiv(F, BN)
         width = GROUP * num_n
-        k_tiles = tl.cdiv(K, BK)
         for tile in tl.range(tl.program_id(0), num_m * num_n, PROGRAMS, flatten=True, warp_specialize=WS):
             first = (tile // width) * GROUP
             size = min(num_m - first, GROUP)
             om = (first + (tile % width) % size) * BM
             on = ((tile % width) // size) * BN
-            acc = tl.zeros((BM, BN), tl.float32)
-            if GATED:
-                up = tl.zeros((BM, BN), tl.float32)
-            for kk in range(k_tiles):
-                a = xd.load([om, kk * BK])
-                acc = tl.dot(a, wd.load([on, kk * BK]).T, acc)
-                if GATED:
-                    up = tl.dot(a, wd.load([F + on, kk * BK]).T, up)
-            cols = on + tl.arange(0, BN)
-            if HAS_BIAS:
-                acc += tl.load(b_ptr + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
-                if GATED:
-                    up += tl.load(b_ptr + F + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
-            acc = _act(acc, ACT)
-            if GATED:
-                acc = acc * up
-            yd.store([om, on], acc.to(y_ptr.dtype.element_ty))
+            _tile(xd, wd, yd, b_ptr, y_ptr, om, on, K, F, BM, BN, BK, HAS_BIAS, ACT, GATED)
 
     @triton.jit
     def cuvil_linear_pointers(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
