@@ -125,11 +125,20 @@ def main() -> int:
     import numpy as np
     import torch
 
-    cache_dir = tempfile.mkdtemp(prefix="cuvil-bench-cache-")
-    work = Path(tempfile.mkdtemp(prefix="cuvil-bench-"))
+    # one scratch folder for the cache (a GPT-2 124M entry is ~0.5 GB), the outputs and inductor's
+    # cache, removed when the run ends
+    with tempfile.TemporaryDirectory(prefix="cuvil-bench-") as scratch:
+        result = _measure(args, Path(scratch), np, torch)
+    _write(result, Path(args.out))
+    return 0
+
+
+def _measure(args, scratch: Path, np, torch) -> dict:
+    cache_dir = str(scratch / "cache")
+    work = scratch
     size = ["--layers", str(args.layers), "--d-model", str(args.d_model), "--heads", str(args.heads),
             "--vocab", str(args.vocab), "--seq", str(args.seq)]
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="cuvil-bench-inductor-")}
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor")}
     runs = {}
     for name in ("cold", "warm"):
         cmd = [sys.executable, __file__, "--first-call", "--cache-dir", cache_dir, "--output", str(work / f"{name}.npy"), *size]
@@ -148,8 +157,7 @@ def main() -> int:
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
         result["latency"] = json.loads(out.strip().splitlines()[-1])
     result["load_average_after"] = os.getloadavg()
-    _write(result, Path(args.out))
-    return 0
+    return result
 
 
 def _machine() -> str:
