@@ -35,11 +35,9 @@ def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns
     options = Options(target=target, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=tuple(disabled_passes),
                       disabled_patterns=tuple(disabled_patterns), precision=precision, calibration=calibration)
     if cache is not False and cache is not None:
-        if kwargs or dynamic_shapes is not None:
-            raise CuvilError("compile(cache=...) takes positional example args only (no kwargs, no dynamic_shapes) for now")
         from cuvil_mlir.compiler.cache import cached_compile
 
-        return cached_compile(model, args, options, cache)
+        return cached_compile(model, args, options, cache, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
     return compile_program(model, args, options, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
 
 

@@ -409,11 +409,14 @@ def compile_exported(program, options, cache: Cache | None, *, seconds: dict | N
     return compiled, status, key
 
 
-def cached_compile(model, args, options, cache):
-    """``cuvil_mlir.compile(..., cache=...)``: export once, look up, compile on a miss."""
-    from cuvil_mlir.compiler.importers import fx
+def cached_compile(model, args, options, cache, *, kwargs=None, dynamic_shapes=None):
+    """``cuvil_mlir.compile(..., cache=...)``: export once, look up, compile on a miss. The key
+    reads the exported program, so kwargs and dynamic dims (its signature and ranges) are in it."""
+    from cuvil_mlir.compiler.importers import fx, onnx
 
-    program = fx.to_exported_program(model, args)
+    if onnx.is_onnx_model(model):
+        raise CuvilError("the compile cache keys exported PyTorch programs; compile an ONNX model without cache=")
+    program = fx.to_exported_program(model, args, kwargs, dynamic_shapes)
     compiled, _, _ = compile_exported(program, options, resolve(cache))
     return compiled
 

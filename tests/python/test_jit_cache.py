@@ -612,3 +612,24 @@ def test_cuvil_compile_cache_flag(tmp_path, cache_dir, capsys):
     assert cuvil_mlir.load(tmp_path / "b.cuvilpkg").metadata["cache_key"] == Cache().entries()[0].key
     assert cli.main(["compile", str(pt2), "-o", str(tmp_path / "c.cuvilpkg")]) == 0  # no --cache: no entry
     assert len(Cache().entries()) == 1
+
+
+def test_compile_cache_keys_kwargs_and_dynamic_dims(cache_dir):
+    """compile(cache=True) with kwargs and dynamic_shapes: the second compile is a hit, and the
+    loaded entry is called like the model (kwargs, any batch in the range)."""
+    from torch.export import Dim
+
+    class Scale(torch.nn.Module):
+        def forward(self, x, *, scale):
+            return x * scale
+
+    build = dict(kwargs={"scale": torch.tensor(2.0)}, dynamic_shapes={"x": {0: Dim("b", max=16)}, "scale": None}, cache=True)
+    first = cuvil_mlir.compile(Scale(), (torch.randn(3, 4),), **build)
+    assert len(Cache().entries()) == 1
+    again = cuvil_mlir.compile(Scale(), (torch.randn(3, 4),), **build)
+    assert len(Cache().entries()) == 1  # a hit, no second entry
+    for compiled in (first, again):
+        out = compiled(torch.ones(5, 4), scale=torch.tensor(3.0))
+        assert out.shape == (5, 4) and torch.all(out == 3.0)
+    with pytest.raises(CuvilError, match="ONNX"):
+        cuvil_mlir.compile(str(cache_dir / "absent.onnx"), cache=True)
