@@ -154,7 +154,7 @@ def reference_outputs(reference, eager, program, sets, *, opt_level: int = 3):
         fp64 = reference == "torch-fp64"
         module = copy.deepcopy(eager).double() if fp64 else eager
         outs = [_call_torch(module, s, fp64=fp64) for s in sets]
-        if hasattr(eager, "runtime"):  # an ONNX model's: eval.onnx_reference
+        if _is_onnx_reference(eager):
             return outs, {"kind": reference, "name": eager.name + (" float64" if fp64 else ""), "device": "cpu"}
         return outs, {"kind": reference, "name": "torch eager (cpu, float64)" if fp64 else "torch eager (cpu)",
                       "device": "cpu", "torch": torch.__version__}
@@ -200,8 +200,15 @@ def without_torch_competitors(eager, baseline):
     note that says so (else the baseline as it is, no note)."""
     import dataclasses
 
-    if not hasattr(eager, "runtime") or not baseline.competitors:
+    if not _is_onnx_reference(eager) or not baseline.competitors:
         return baseline, []
     note = (f"competitors {', '.join(baseline.competitors)} skipped: the model is an ONNX model "
             f"(its reference runs on {eager.name})")
     return dataclasses.replace(baseline, competitors=()), [note]
+
+
+def _is_onnx_reference(eager) -> bool:
+    """Whether normalize_model gave an ONNX model's reference (onnxruntime / onnx.reference)."""
+    from cuvil_mlir.eval.onnx_reference import OnnxReference
+
+    return isinstance(eager, OnnxReference)
