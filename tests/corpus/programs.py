@@ -60,7 +60,7 @@ def rand(shape, dtype, g, *, low=-2.0, high=2.0, positive=False):
         real = torch.float32 if dtype == torch.complex64 else torch.float64
         return torch.complex(rand(shape, real, g), rand(shape, real, g))
     if not dtype.is_floating_point:
-        lo = 1 if positive else -5
+        lo = 1 if positive else (0 if dtype == torch.uint8 else -5)
         return torch.randint(lo, 6, shape, generator=g, dtype=dtype)
     lo = 0.25 if positive else low
     return (torch.rand(shape, generator=g, dtype=torch.float64) * (high - lo) + lo).to(dtype)
@@ -580,11 +580,19 @@ FAMILIES = {
     "conv": conv_programs, "matmul": matmul_programs, "views": view_programs, "inplace": inplace_programs,
     "random": random_programs, "complex": complex_programs, "f64": f64_programs, "zero_d": zero_d_programs,
     "scalars": scalar_programs, "data_dependent": data_dependent_programs, "pytree": pytree_programs, "dynamic": dynamic_programs,
+    "dtypes": lambda: [], "empty": lambda: [], "ops": lambda: [], "modules": lambda: [],
 }
 
 
+def _family(name: str) -> list[Program]:
+    """A family's table here plus its programs in more_programs.py."""
+    import more_programs
+
+    return [*FAMILIES[name](), *more_programs.programs(name)]
+
+
 def all_programs() -> list[Program]:
-    out = [p for make in FAMILIES.values() for p in make()]
+    out = [p for name in FAMILIES for p in _family(name)]
     names = [p.name for p in out]
     dup = {n for n in names if names.count(n) > 1}
     assert not dup, f"duplicate program names: {sorted(dup)}"

@@ -170,6 +170,57 @@ def test_integer_square_compiles():  # torch-mlir: "unimplemented: non-floating 
     assert torch.equal(cuvil_mlir.compile(Fn(lambda m, x: torch.square(x)), (x,))(x), x * x)
 
 
+def _same(expected, got, tol=1e-4):
+    if isinstance(expected, (tuple, list)):
+        return len(expected) == len(got) and all(_same(e, g, tol) for e, g in zip(expected, got))
+    if expected.is_complex():
+        expected, got = torch.view_as_real(expected), torch.view_as_real(got)
+    return expected.dtype == got.dtype and expected.shape == got.shape and torch.allclose(
+        expected.double(), got.double(), rtol=tol, atol=tol, equal_nan=True)
+
+
+W10 = torch.randn(10, 4, generator=torch.Generator().manual_seed(3))
+# ops torch-mlir + IREE 3.13 cannot compile, decomposed on import (cuvil_mlir/compiler/decompositions.py)
+DECOMPOSED = {
+    "int_pow_scalar": (lambda x: x ** 5, (torch.arange(-3, 4),)),  # wraps like torch for large results
+    "int_pow_tensor": (lambda x, e: x ** e, (torch.arange(-3, 4, dtype=torch.int32), torch.arange(7, dtype=torch.int32))),
+    "int8_times_number": (lambda x: (x * 3).sum(1), (torch.arange(-6, 6, dtype=torch.int8).reshape(3, 4),)),
+    "kthvalue": (lambda x: tuple(x.kthvalue(2, 1, keepdim=True)), (torch.tensor([[3.0, 1.0, 2.0], [0.5, 9.0, -1.0]]),)),
+    "median_with_nan": (lambda x: tuple(x.median(1)), (torch.tensor([[1.0, float("nan"), 3.0, 2.0], [4.0, 2.0, 1.0, 3.0]]),)),
+    "median_all": (lambda x: x.median(), (torch.tensor([5, 1, 4, 2, 3]),)),
+    "cummax_ties_take_the_last_index": (lambda x: tuple(x.cummax(0)), (torch.tensor([1.0, 3.0, 3.0, 2.0, 5.0]),)),
+    "cummin_int": (lambda x: tuple(x.cummin(1)), (torch.tensor([[4, 2, 3, 1], [0, 5, 0, -1]]),)),
+    "cdist_p2_batched": (lambda a, b: torch.cdist(a, b), (torch.randn(2, 3, 4), torch.randn(2, 5, 4))),
+    "cdist_p1": (lambda a, b: torch.cdist(a, b, p=1.0), (torch.randn(3, 4), torch.randn(5, 4))),
+    "searchsorted_right_int32": (lambda b, x: torch.searchsorted(b, x, right=True, out_int32=True),
+                                 (torch.tensor([-1.0, 0.0, 1.0]), torch.tensor([0.0, -2.0, 1.0, 7.0]))),
+    "embedding_bag_mean_2d": (lambda i: F.embedding_bag(i, W10, mode="mean"), (torch.tensor([[1, 2, 3], [4, 4, 9]]),)),
+    "embedding_bag_max_offsets_with_an_empty_bag": (lambda i, o: F.embedding_bag(i, W10, o, mode="max"),
+                                                   (torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 2, 2]))),
+    "fft_of_a_real_signal": (lambda x: torch.fft.fft(x, dim=0), (torch.randn(8, 3),)),
+    "ifft_ortho_padded": (lambda z: torch.fft.ifft(z, n=6, norm="ortho"), (torch.randn(2, 5, dtype=torch.complex64),)),
+    "rfft_irfft_odd_length": (lambda x: torch.fft.irfft(torch.fft.rfft(x), n=7), (torch.randn(2, 7),)),
+    "times_a_python_complex": (lambda x: x * (2 - 1j), (torch.randn(3),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECOMPOSED))
+def test_ops_plain_iree_cannot_compile_are_decomposed_and_match_torch(name):
+    f, args = DECOMPOSED[name]
+    compiled = cuvil_mlir.compile(Fn(lambda m, *a: f(*a)), args)
+    assert _same(f(*args), compiled(*args)), name
+
+
+def test_a_decomposition_leaves_what_it_does_not_cover_to_the_normal_path():
+    from cuvil_mlir.compiler import decompositions as D
+
+    assert D._pow_int_scalar(torch.randn(3), 2) is NotImplemented  # float: IREE's own pow
+    assert D._pow_int_scalar(torch.arange(3), -1) is NotImplemented  # torch refuses it
+    assert D._mul_narrow_int(torch.arange(3), 2) is NotImplemented  # int64: IREE compiles it
+    assert D._cumulative_extreme(True)(torch.randn(D.SCAN_LIMIT + 1), 0) is NotImplemented  # quadratic: too long
+    assert D._searchsorted(torch.arange(3.0), torch.arange(2.0), sorter=torch.arange(3)) is NotImplemented
+
+
 # 7. float64 ----------------------------------------------------------------------------------------
 
 def test_float64_computes_in_float64_on_cpu():
