@@ -327,3 +327,46 @@ func.func @rms_norm_without_weight(%x: !torch.vtensor<[2,5,4],f32>) -> !torch.vt
   %0 = "cuvil.norm"(%x) {eps = 1.000000e-06 : f64, kind = "rms", normalized_shape = array<i64: 5, 4>, operandSegmentSizes = array<i32: 1, 0, 0>} : (!torch.vtensor<[2,5,4],f32>) -> !torch.vtensor<[2,5,4],f32>
   return %0 : !torch.vtensor<[2,5,4],f32>
 }
+
+// -----
+
+// 16-bit norms reduce in f32 (as PyTorch's kernels): inputs converted up, the result back down.
+// CHECK-LABEL: func.func @layer_norm_f16
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,5,4],f16>, %[[G:[a-z0-9]+]]: !torch.vtensor<[4],f16>, %[[B:[a-z0-9]+]]: !torch.vtensor<[4],f16>)
+// CHECK-DAG:     %[[F32:.+]] = torch.constant.int 6
+// CHECK-DAG:     %[[F16:.+]] = torch.constant.int 5
+// CHECK:         %[[X32:[0-9]+]] = torch.prims.convert_element_type %[[X]], %[[F32]] : {{.*}} -> !torch.vtensor<[2,5,4],f32>
+// CHECK:         %[[G32:[0-9]+]] = torch.prims.convert_element_type %[[G]], %[[F32]] : {{.*}} -> !torch.vtensor<[4],f32>
+// CHECK:         %[[B32:[0-9]+]] = torch.prims.convert_element_type %[[B]], %[[F32]] : {{.*}} -> !torch.vtensor<[4],f32>
+// CHECK:         %[[Y32:[0-9]+]] = torch.aten.layer_norm %[[X32]], %{{.+}}, %[[G32]], %[[B32]], {{.*}} -> !torch.vtensor<[2,5,4],f32>
+// CHECK:         %[[Y:[0-9]+]] = torch.prims.convert_element_type %[[Y32]], %[[F16]] : {{.*}} -> !torch.vtensor<[2,5,4],f16>
+// CHECK-NEXT:    return %[[Y]]
+func.func @layer_norm_f16(%x: !torch.vtensor<[2,5,4],f16>, %g: !torch.vtensor<[4],f16>, %b: !torch.vtensor<[4],f16>) -> !torch.vtensor<[2,5,4],f16> {
+  %0 = "cuvil.norm"(%x, %g, %b) {eps = 1.000000e-05 : f64, kind = "layer", normalized_shape = array<i64: 4>, operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,5,4],f16>, !torch.vtensor<[4],f16>, !torch.vtensor<[4],f16>) -> !torch.vtensor<[2,5,4],f16>
+  return %0 : !torch.vtensor<[2,5,4],f16>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @rms_norm_bf16
+// CHECK:         torch.prims.convert_element_type {{.*}} -> !torch.vtensor<[2,5,4],f32>
+// CHECK:         torch.aten.mean.dim {{.*}} -> !torch.vtensor<[2,5,1],f32>
+// CHECK:         %[[Y:[0-9]+]] = torch.prims.convert_element_type {{.*}} -> !torch.vtensor<[2,5,4],bf16>
+// CHECK-NEXT:    return %[[Y]]
+func.func @rms_norm_bf16(%x: !torch.vtensor<[2,5,4],bf16>) -> !torch.vtensor<[2,5,4],bf16> {
+  %0 = "cuvil.norm"(%x) {eps = 1.000000e-06 : f64, kind = "rms", normalized_shape = array<i64: 4>, operandSegmentSizes = array<i32: 1, 0, 0>} : (!torch.vtensor<[2,5,4],bf16>) -> !torch.vtensor<[2,5,4],bf16>
+  return %0 : !torch.vtensor<[2,5,4],bf16>
+}
+
+// -----
+
+// Written-out f16 attention: its softmax in f32, the probabilities back in f16 for the second matmul.
+// DECOMP-LABEL: func.func @attention_f16
+// DECOMP:         %[[S32:[0-9]+]] = torch.prims.convert_element_type {{.*}} -> !torch.vtensor<[1,2,5,7],f32>
+// DECOMP:         %[[P32:[0-9]+]] = torch.aten.softmax.int %[[S32]], {{.*}} -> !torch.vtensor<[1,2,5,7],f32>
+// DECOMP:         torch.prims.convert_element_type %[[P32]], {{.*}} -> !torch.vtensor<[1,2,5,7],f16>
+// DECOMP:         torch.aten.bmm {{.*}} -> !torch.vtensor<[2,5,8],f16>
+func.func @attention_f16(%q: !torch.vtensor<[1,2,5,16],f16>, %k: !torch.vtensor<[1,2,7,16],f16>, %v: !torch.vtensor<[1,2,7,8],f16>) -> !torch.vtensor<[1,2,5,8],f16> {
+  %0 = "cuvil.attention"(%q, %k, %v) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 0>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[1,2,5,16],f16>, !torch.vtensor<[1,2,7,16],f16>, !torch.vtensor<[1,2,7,8],f16>) -> !torch.vtensor<[1,2,5,8],f16>
+  return %0 : !torch.vtensor<[1,2,5,8],f16>
+}
