@@ -115,7 +115,7 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
     metadata = _metadata(signature, built, options, import_seconds)
     parameters = None if store is None else Parameters.in_memory(store.subset(used).arrays)
     if parameters is not None:
-        metadata["parameters"] = {"count": len(parameters.arrays), "bytes": parameters.nbytes}
+        metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes}
     return _compiled(built, metadata, prepared, parameters)
 
 

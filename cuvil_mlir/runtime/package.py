@@ -62,7 +62,7 @@ def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict
             "file": module_file_name(m.target), "sha256": hashlib.sha256(m.vmfb).hexdigest(), "bytes": len(m.vmfb),
         })
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, **metadata, "modules": entries}
-    meta.pop("parameters", None)
+    described = meta.pop("parameters", None) or {}  # what the compiler recorded (count, weight_bytes)
     tmp = path.with_name(path.name + ".tmp")
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as z:
@@ -71,7 +71,7 @@ def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict
             for name, data in (files or {}).items():
                 z.writestr(name, data)
             if parameters is not None:
-                meta["parameters"] = _write_parameters(z, parameters, path.with_name(path.name + ".irpa.tmp"))
+                meta["parameters"] = {**described, **_write_parameters(z, parameters, path.with_name(path.name + ".irpa.tmp"))}
             z.writestr("metadata.json", json.dumps(meta, indent=2, sort_keys=True))
         os.replace(tmp, path)
     finally:
