@@ -35,6 +35,7 @@ class Parameters:
     offset: int = 0
     length: int = 0
     sha256: str = ""
+    scope: str = SCOPE
     _map: mmap.mmap | None = field(default=None, repr=False)
 
     @classmethod

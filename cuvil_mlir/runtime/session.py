@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from cuvil_mlir.core.diagnostics import PackageError, RuntimeFailure, one_line
-from cuvil_mlir.runtime import parameters as _parameters
 
 # Drivers whose inputs are imported as host memory, not copied. Not CUDA: measured on an H200
 # (2026-12-03, benchmarks/results/gpu-io-paths-2026-12-03.md), the copy path with the caching
@@ -134,7 +133,7 @@ class Session:
                 self._ctx = rt.SystemContext(config=self._config)
                 self._ctx.add_vm_module(self._vm_module)
             else:
-                provider = _parameter_index(parameters).create_provider(scope=_parameters.SCOPE)
+                provider = _parameter_index(parameters).create_provider(scope=parameters.scope)
                 io = rt.create_io_parameters_module(self._config.vm_instance, provider)
                 self._ctx = rt.SystemContext(vm_modules=[io, self._vm_module], config=self._config)
         except PackageError:
