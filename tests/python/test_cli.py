@@ -137,7 +137,7 @@ def test_run_without_output_prints_a_summary(mlp, capsys):
 def test_inspect_prints_metadata(mlp, capsys):
     assert cli.main(["inspect", str(mlp.pkg)]) == 0
     out = capsys.readouterr().out
-    assert "format:      cuvilpkg version 2" in out
+    assert "format:      cuvilpkg version 3" in out
     assert "signature:   (float32[2, 8]) -> (float32[2, 4])" in out
     assert re.search(r"  cpu: modules/cpu\.vmfb, [\d.]+ KiB, driver local-task, sha256 [0-9a-f]{16}", out), out
     assert re.search(r"  vmvx: modules/vmvx\.vmfb, [\d.]+ KiB, driver local-task, sha256 [0-9a-f]{16}", out), out
