@@ -152,7 +152,7 @@ def test_inspect_json_is_the_stored_metadata(mlp, capsys):
     with zipfile.ZipFile(mlp.pkg) as z:
         stored = json.loads(z.read("metadata.json"))
     assert printed == stored
-    assert printed["format_version"] == 2 and [m["target"] for m in printed["modules"]] == ["cpu", "vmvx"]
+    assert printed["format_version"] == 3 and [m["target"] for m in printed["modules"]] == ["cpu", "vmvx"]
 
 
 def test_emit_stages_print_ir_instead_of_compiling(mlp, capsys, tmp_path):
