@@ -13,7 +13,7 @@ from cuvil_mlir.core.versions import __version__
 
 
 def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns=(), disabled_passes=(), disabled_patterns=(),
-            precision: str = "fp32", calibration=None, kwargs=None, dynamic_shapes=None, cache=False):
+            precision: str = "fp32", calibration=None, kwargs=None, dynamic_shapes=None, cache=False, params: str = "auto"):
     """Compile an ``nn.Module`` (with example ``args`` and ``kwargs``), an ``ExportedProgram``, a ``.pt2``
     path, or an ONNX model (a ``.onnx`` path or an ``onnx.ModelProto``: docs/onnx.md).
 
@@ -28,12 +28,14 @@ def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns
     ``precision`` is a policy (cuvil_mlir/compiler/precision.py: fp32, fp16, bf16, int8-weight,
     int4-weight, int8); ``int8`` needs ``calibration``. ``cache``: False (the default: an
     explicit compile builds), True (the on-disk cache, docs/jit-and-cache.md), a folder or a
-    ``cuvil_mlir.compiler.cache.Cache``.
+    ``cuvil_mlir.compiler.cache.Cache``. ``params``: the weights ``"inline"`` in each module or
+    ``"external"``, one parameter archive all targets share (mapped at load); ``"auto"`` (the
+    default) makes them external from 64 MiB of weights (docs/package-format.md).
     """
     from cuvil_mlir.compiler.pipeline import Options, compile_program
 
     options = Options(target=target, opt_level=opt_level, patterns=tuple(patterns), disabled_passes=tuple(disabled_passes),
-                      disabled_patterns=tuple(disabled_patterns), precision=precision, calibration=calibration)
+                      disabled_patterns=tuple(disabled_patterns), precision=precision, calibration=calibration, params=params)
     if cache is not False and cache is not None:
         from cuvil_mlir.compiler.cache import cached_compile
 
@@ -68,13 +70,14 @@ def profile(model, args=(), *, target: str = "cpu", inputs=None, **options) -> d
     return _profile(model, args, target=target, inputs=inputs, **options)
 
 
-def load(path, prefer=None):
+def load(path, prefer=None, *, verify: bool = True):
     """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile`` on the first
     of its targets (in ``prefer`` order: target specs or kinds; default the package's) that
-    this machine has a device for; later targets take over if it fails."""
+    this machine has a device for; later targets take over if it fails. A parameter archive is
+    mapped, not read; ``verify=False`` skips its sha256 check (its size and place are still checked)."""
     from cuvil_mlir.runtime.compiled import load as _load
 
-    return _load(path, prefer)
+    return _load(path, prefer, verify=verify)
 
 
 def jit(fn=None, **options):

@@ -298,6 +298,7 @@ def _fold_tri(fn):
 def _folders():
     table = {
         "torch.vtensor.literal": lambda op, sub: literal_array(op.result),
+        "torch.operator": lambda op, sub: literal_array(op.result),  # an external parameter (core/params.py)
         "torch.aten.arange": _fold_arange, "torch.aten.arange.start": _fold_arange, "torch.aten.arange.start_step": _fold_arange,
         "torch.aten.slice.Tensor": _fold_slice,
         "torch.aten.where.self": _fold_where, "torch.aten.where.ScalarOther": _fold_where,

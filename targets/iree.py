@@ -11,7 +11,7 @@ import functools
 import re
 import shlex
 
-from cuvil_mlir.core import repro
+from cuvil_mlir.core import params, repro
 from cuvil_mlir.core.diagnostics import CompileError
 from cuvil_mlir.core.ir import ir, module_to_bytecode
 
@@ -31,17 +31,19 @@ def compiler_version() -> str:
 
 
 def compile_to_vmfb(module: ir.Module, flags: list[str], *, input_type: str = "torch", kernels=None,
-                    report: list | None = None) -> bytes:
+                    report: list | None = None, parameters: set | None = None) -> bytes:
     """Compile a lowered module with IREE; a failure says why and how to reproduce it.
 
     ``kernels`` (a target's, e.g. targets/cuda_kernels.materialize) fills the kernel functions
     lower-cuvil-to-kernels declared, in IREE's context (materialize_kernels); what it chose per
-    function is appended to ``report``."""
+    function is appended to ``report``. The keys of the external parameters the module
+    reads (core/params.py) are added to ``parameters``."""
     from iree.compiler import CompilerToolError, compile_str
 
     data = serialize(module)
     if kernels is not None:
         data = materialize_kernels(data, kernels, report if report is not None else [])
+    data = externalize_parameters(data, parameters if parameters is not None else set())
     try:
         return compile_str(data, input_type=input_type, extra_args=list(flags))
     except CompilerToolError as e:
@@ -58,6 +60,77 @@ def compile_to_vmfb(module: ir.Module, flags: list[str], *, input_type: str = "t
         # quoted: a flag may carry an attribute (a #hal.device.target with spaces, quotes, <>, |)
         cmd = shlex.join(["iree-compile", path, f"--iree-input-type={input_type}", *flags, "-o", "out.vmfb"]) if path else None
         raise CompileError(f"IREE failed to compile the module: {first}" + (f" ({note})" if note else ""), repro=cmd) from e
+
+
+def externalize_parameters(data: bytes, keys: set) -> bytes:
+    """The module (bytecode or text) with each parameter reference of core/params.py,
+    ``torch.operator "cuvil.parameter" {cuvil.key = K} : () -> !torch.vtensor<...>``, replaced
+    by a load of a global IREE initializes from the parameter ``K`` of scope ``model``::
+
+        util.global private @__cuvil_param_0 = #stream.parameter.named<"model"::"K"> : tensor<...>
+        %t = util.global.load immutable @__cuvil_param_0 : tensor<...>
+        %w = torch_c.from_builtin_tensor %t : tensor<...> -> !torch.vtensor<...>
+
+    In IREE's context (torch-mlir's has no util dialect); references no op uses are dropped.
+    The keys used are added to ``keys``. A module without references is returned as it is."""
+    if params.PARAMETER_OP.encode() not in data:
+        return data
+    from iree.compiler import ir as iree_ir
+
+    with iree_ir.Context(), iree_ir.Location.unknown():
+        module = iree_ir.Module.parse(data)
+        references = []
+        _collect_references(module.operation, references)
+        symbols: dict[str, tuple[str, object]] = {}  # key -> (global name, builtin tensor type)
+        for op in references:
+            if not list(op.results[0].uses):
+                op.erase()
+                continue
+            key = iree_ir.StringAttr(op.attributes[params.KEY_ATTR]).value
+            if key not in symbols:
+                symbols[key] = _declare_parameter(iree_ir, module, key, op.results[0].type, len(symbols))
+            name, tensor_type = symbols[key]
+            with iree_ir.InsertionPoint(op):
+                load = iree_ir.Operation.create("util.global.load", results=[tensor_type], attributes={
+                    "global": iree_ir.FlatSymbolRefAttr.get(name), "is_immutable": iree_ir.UnitAttr.get()})
+                value = iree_ir.Operation.create("torch_c.from_builtin_tensor", results=[op.results[0].type],
+                                                 operands=[load.result])
+            op.results[0].replace_all_uses_with(value.result)
+            op.erase()
+        keys.update(symbols)
+        return _bytecode_or_text(module)
+
+
+def _collect_references(op, out: list) -> None:
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                if inner.name == "torch.operator" and params.KEY_ATTR in inner.attributes:
+                    out.append(inner)
+                else:
+                    _collect_references(inner, out)
+
+
+_VTENSOR = re.compile(r"^!torch\.vtensor<\[([\d,]*)\],([a-z]+\d*)>$")
+_BUILTIN_ELEMENT = {"si64": "i64", "si32": "i32", "si16": "i16", "si8": "i8", "ui8": "i8"}
+
+
+def _declare_parameter(iree_ir, module, key: str, vtensor_type, index: int):
+    """A ``util.global`` for parameter ``key`` at the top of ``module``: (its name, its tensor type)."""
+    m = _VTENSOR.match(str(vtensor_type))
+    if m is None:
+        raise CompileError(f"external parameter '{key}' has type {vtensor_type}: expected a static !torch.vtensor")
+    dims = [d for d in m.group(1).split(",") if d]
+    tensor_text = f"tensor<{''.join(d + 'x' for d in dims)}{_BUILTIN_ELEMENT.get(m.group(2), m.group(2))}>"
+    name = f"__cuvil_param_{index}"
+    quoted = key.replace("\\", "\\\\").replace('"', '\\"')
+    with iree_ir.InsertionPoint.at_block_begin(module.body):
+        iree_ir.Operation.create("util.global", attributes={
+            "sym_name": iree_ir.StringAttr.get(name), "sym_visibility": iree_ir.StringAttr.get("private"),
+            "type": iree_ir.TypeAttr.get(iree_ir.Type.parse(tensor_text)),
+            "initial_value": iree_ir.Attribute.parse(f'#stream.parameter.named<"{params.SCOPE}"::"{quoted}"> : {tensor_text}')})
+    return name, iree_ir.Type.parse(tensor_text)
 
 
 KERNEL_ATTR = "cuvil.kernel"
@@ -186,7 +259,7 @@ def dispatch_sites(module: ir.Module | bytes, flags: list[str], *, input_type: s
     from iree.compiler import CompilerToolError, compile_str
     from iree.compiler import ir as iree_ir
 
-    data = module if isinstance(module, bytes) else serialize(module)
+    data = externalize_parameters(module if isinstance(module, bytes) else serialize(module), set())
     keep = [f for f in flags if not f.startswith("--iree-opt-level")] + [f for f in flags if f.startswith("--iree-opt-level")]
     try:
         text = compile_str(data, input_type=input_type, extra_args=[*keep, "--compile-to=flow", "--mlir-print-debuginfo",

@@ -29,6 +29,9 @@ def add_parsers(sub, common) -> None:
                    help="fp32 (default), fp16, bf16, int8-weight, int4-weight[{group=N}], int8, or a 16-bit policy + a "
                    "quantized one (fp16+int8-weight); see docs/precision.md")
     calibration_arguments(p)
+    p.add_argument("--params", choices=("auto", "inline", "external"), default="auto",
+                   help="weights inline in each module, or external: one parameter archive all targets share, mapped at load "
+                   "(auto: external from 64 MiB of weights; docs/package-format.md)")
     p.add_argument("--emit", metavar="STAGE", help="print the IR after STAGE (torch, cuvil, fused, precision, lowered) instead of compiling")
     p.add_argument("--elide-weights", action=argparse.BooleanOptionalAction, default=None,
                    help="with --emit: hide large constants (default: on for stdout, off for -o)")
@@ -65,7 +68,7 @@ def _compile(args, parser) -> int:
         parser.error("compile needs -o OUT.cuvilpkg (or --emit STAGE to print IR)")
     pattern_files, patterns = load_patterns(args.patterns)
     options = Options(target=args.target, opt_level=args.opt_level, patterns=tuple(patterns),
-                      disabled_passes=tuple(args.disable_pass), precision=args.precision)
+                      disabled_passes=tuple(args.disable_pass), precision=args.precision, params=args.params)
     require_file(args.model, "model file")  # before importing torch: a typo should not take seconds
     check_writable(args.output)
     quiet_torch_logs(args)
@@ -175,6 +178,10 @@ def _inspect(args, parser) -> int:
     for entry, m in zip(meta["modules"], modules):
         print(f"  {m.target}: {entry['file']}, {_size(len(m.vmfb))}, driver {m.driver}, sha256 {entry['sha256'][:16]}")
         print(f"    iree flags: {' '.join(m.iree_flags) or '(none)'}")
+    if "parameters" in meta:  # external weights: one archive every module reads
+        p = meta["parameters"]
+        print(f"parameters:  {p.get('file')}, {p.get('count', '?')} tensors, {_size(int(p.get('bytes', 0)))}, "
+              f"shared by all modules, sha256 {str(p.get('sha256', ''))[:16]}")
     first = f" (for {modules[0].target})" if len(modules) > 1 else ""
     print(f"patterns:    {_describe_fired(meta.get('patterns_fired', {}))}{first}")
     for line in _describe_sites(meta.get("pattern_sites", {})):

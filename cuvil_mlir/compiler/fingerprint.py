@@ -196,6 +196,7 @@ def options_parts(options) -> dict:
             calibration.to_json() if hasattr(calibration, "to_json") else repr(calibration)),
         "disabled_passes": sorted(options.disabled_passes),
         "disabled_patterns": sorted(options.disabled_patterns),
+        "params": options.params,
     }
 
 

@@ -36,6 +36,9 @@ from cuvil_mlir.compiler.importers import fx, onnx
 from cuvil_mlir.core.ir import module_to_bytecode, module_to_text, parse_module
 from cuvil_mlir.lowering import builtin_registry
 from cuvil_mlir.runtime.package import PackagedModule
+from cuvil_mlir.runtime.parameters import Parameters
+from cuvil_mlir.core import params
+from cuvil_mlir.core.params import ParameterStore, resolve_mode
 from cuvil_mlir.core.passes import Pass, parse_pass_spec, run_pipeline
 from cuvil_mlir.core.patterns import PatternSet
 from cuvil_mlir.core.stages import Stage
@@ -57,6 +60,7 @@ class Options:
     precision: str = "fp32"  # a policy of cuvil_mlir/compiler/precision.py: fp32, fp16, bf16, int8-weight, int4-weight, int8
     calibration: Calibration | None = None  # activation ranges for precision="int8" (cuvil_mlir.calibrate)
     record_dispatches: bool = False  # metadata["dispatches"]: IREE's dispatches and their call sites (cuvil_mlir/eval/profiler.py)
+    params: str = "auto"  # weights "inline" in the modules or "external" (one archive all targets share); "auto": core/params.py's rule
 
 
 @dataclass
@@ -83,10 +87,11 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
     if emit is not None and emit not in valid[:-1]:
         raise CuvilError(f"unknown stage '{emit}'; stages: {', '.join(valid[:-1])}")
 
-    # import: torch-mlir's FX importer -> torch dialect (value semantics, weights as literals)
+    # import: torch-mlir's FX importer -> torch dialect (value semantics, weights as literals,
+    # or for a big model as references to a parameter store: core/params.py)
     start = time.perf_counter()
     ctx = make_context()
-    module, prepared = _import(model, args, kwargs, dynamic_shapes, ctx, complex_ops=True)
+    module, prepared, store = _import(model, args, kwargs, dynamic_shapes, ctx, complex_ops=True, params_mode=options.params)
     signature = signature_of(module)
     prepared = prepared or boundary.Prepared.identity(signature)
     prepared.check_against(signature)
@@ -95,15 +100,23 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
         return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
     imported = module_to_bytecode(module)
 
-    # per target: its stages on a fresh copy of the imported module, then IREE
+    # per target: its stages on a fresh copy of the imported module, then IREE; the
+    # parameters the targets' modules read (passes add derived ones to the store) are kept
     built = []
-    for target in targets:
-        result = _compile_for_target(target, imported, ctx, options, emit, elide_weights)
-        if isinstance(result, Emitted):
-            return result
-        built.append(result)
+    used: set[str] = set()
+    with params.active(store):
+        for target in targets:
+            result = _compile_for_target(target, imported, ctx, options, emit, elide_weights)
+            if isinstance(result, Emitted):
+                return result
+            built.append(result)
+            used |= result.parameters
 
-    return _compiled(built, _metadata(signature, built, options, import_seconds), prepared)
+    metadata = _metadata(signature, built, options, import_seconds)
+    parameters = None if store is None else Parameters.in_memory(store.subset(used).arrays)
+    if parameters is not None:
+        metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes}
+    return _compiled(built, metadata, prepared, parameters)
 
 
 def compile_plain_iree(model, args=(), options: Options | None = None) -> CompiledModel:
@@ -113,7 +126,7 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     options = options or Options()
     targets = parse_targets(options.target, opt_level=options.opt_level)
     start = time.perf_counter()
-    module, prepared = _import(model, args, None, None, make_context(), kept_ops=())
+    module, prepared, _ = _import(model, args, None, None, make_context(), kept_ops=(), params_mode="inline")
     signature = signature_of(module)
     prepared = prepared or boundary.Prepared.identity(signature)
     prepared.check_against(signature)
@@ -129,14 +142,19 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     return _compiled(built, {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"}, prepared)
 
 
-def _import(model, args, kwargs, dynamic_shapes, ctx, **options):
+def _import(model, args, kwargs, dynamic_shapes, ctx, *, params_mode: str, **options):
     """torch-mlir's import: an ONNX model through its ONNX importer (no torch.export signature:
     the boundary is read from the function, ``prepared`` None), anything else exported and
-    shaped by the boundary (cuvil_mlir/runtime/boundary.py)."""
+    shaped by the boundary (cuvil_mlir/runtime/boundary.py). Returns (module, prepared, the
+    parameter store when the weights are external, else None)."""
     if onnx.is_onnx_model(model):  # a .onnx path or ModelProto
+        if params_mode == "external":
+            raise CuvilError("params='external' is not supported for ONNX models yet: their weights are inlined "
+                             "(params='auto' or 'inline')")
         onnx_options = {"kept_ops": options["kept_ops"]} if "kept_ops" in options else {}
-        return onnx.import_model(model, ctx, **onnx_options), None
+        return onnx.import_model(model, ctx, **onnx_options), None, None
     program = fx.to_exported_program(model, args, kwargs, dynamic_shapes)
+    store = ParameterStore() if resolve_mode(params_mode, fx.weight_bytes(program)) == "external" else None
     found = []
 
     def prepare(decomposed):
@@ -147,13 +165,14 @@ def _import(model, args, kwargs, dynamic_shapes, ctx, **options):
         found.append(prepared)
         return decomposed
 
-    module = fx.import_program(program, ctx, prepare=prepare, **options)
-    return module, found[0]
+    module = fx.import_program(program, ctx, prepare=prepare, store=store, **options)
+    return module, found[0], store
 
 
-def _compiled(built, metadata: dict, prepared) -> CompiledModel:
+def _compiled(built, metadata: dict, prepared, parameters=None) -> CompiledModel:
     metadata["boundary"] = prepared.boundary().to_json()
-    return CompiledModel([b.module for b in built], metadata, boundary=prepared.boundary(), state=prepared.state_values)
+    return CompiledModel([b.module for b in built], metadata, boundary=prepared.boundary(), state=prepared.state_values,
+                         parameters=parameters)
 
 
 def _metadata(signature, built: list["_Built"], options: Options, import_seconds: float) -> dict:
@@ -184,6 +203,7 @@ class _Built:
     signature: object = None  # read after the stages (a precision policy may narrow the I/O); None: the import's
     dispatches: list | None = None  # targets/iree.py dispatch_sites, when Options.record_dispatches
     kernels: list = field(default_factory=list)  # targets' own kernels: one record per kernel function
+    parameters: set = field(default_factory=set)  # the keys of the external parameters its module reads
 
 
 class OptLevelFallbackWarning(UserWarning):
@@ -236,8 +256,9 @@ def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elid
         boundary.check_dtypes(signature, target)
         flags = [*target.iree_flags(), *precision.iree_flags(options.precision), *(F64_FLAGS if target.holds_f64 else ())]
         kernels: list[dict] = []  # which kernel function got which kernel (or why none)
+        used: set[str] = set()  # the external parameters the module reads
         try:
-            vmfb = iree.compile_to_vmfb(module, flags, kernels=target.kernel_builder(), report=kernels)
+            vmfb = iree.compile_to_vmfb(module, flags, kernels=target.kernel_builder(), report=kernels, parameters=used)
         except CompileError as e:
             failures.append((stages, e))
             continue
@@ -247,7 +268,7 @@ def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elid
         fired_json = {name: dict(c) for name, c in fired.items() if c}
         sites = {name: {p: dict(where) for p, where in getattr(c, "sites", {}).items()} for name, c in fired.items() if c}
         module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements())
-        return _Built(module, fired_json, seconds, sites, signature, dispatches, kernels)
+        return _Built(module, fired_json, seconds, sites, signature, dispatches, kernels, used)
     raise _all_failed(target, failures)
 
 

@@ -27,10 +27,11 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
+from cuvil_mlir.core import params
 from cuvil_mlir.core.diagnostics import location_text, module_path
 from cuvil_mlir.core.ir import elements_array, elements_attr, ir, rewrite
 from cuvil_mlir.core.options import Configurable
-from cuvil_mlir.core.tensor_types import TensorInfo, dtype_of_numpy, tensor_info, vtensor_type_text
+from cuvil_mlir.core.tensor_types import TensorInfo, dtype_of_numpy, numpy_dtype, tensor_info, vtensor_type_text
 
 PatternFn = Callable[[object, object], object]
 
@@ -304,11 +305,12 @@ def const_int_list(value) -> list[int] | None:
 
 
 def is_constant_tensor(value) -> bool:
-    """A weight-like constant: a literal, possibly seen through transposes and dtype casts."""
+    """A weight-like constant: a literal or an external parameter (core/params.py), possibly
+    seen through transposes and dtype casts."""
     op = defining_op(value)
     while op is not None and op.operation.name in _VIEW_LIKE:
         op = defining_op(op.operands[0])
-    return op is not None and op.operation.name == "torch.vtensor.literal"
+    return op is not None and (op.operation.name == "torch.vtensor.literal" or params.parameter_key(op) is not None)
 
 
 _VIEW_LIKE = ("torch.aten.permute", "torch.aten.t", "torch.aten.transpose.int", "torch.prims.convert_element_type",
@@ -384,10 +386,16 @@ def transpose_2d(value) -> ir.Value:
 # conversion, quantization). The importer stores weights as dense elements so they can be read.
 
 def literal_array(value):
-    """The numpy array of a ``torch.vtensor.literal`` value (None if ``value`` is not one, or its
-    data cannot be read)."""
-    op = defining_op(value, "torch.vtensor.literal")
-    return None if op is None else elements_array(op.attributes["value"])
+    """The numpy array of a ``torch.vtensor.literal`` value, or of an external parameter in the
+    active store (None if ``value`` is neither, or its data cannot be read)."""
+    op = defining_op(value)
+    if op is None:
+        return None
+    if op.operation.name == "torch.vtensor.literal":
+        return elements_array(op.attributes["value"])
+    key = params.parameter_key(op)
+    store = params.current()
+    return None if key is None or store is None else store.get(key)
 
 
 def literal(array, dtype: str | None = None) -> ir.Value:
@@ -399,4 +407,8 @@ def literal(array, dtype: str | None = None) -> ir.Value:
     dtype = dtype or dtype_of_numpy(array.dtype)
     if dtype is None:
         raise ValueError(f"no vtensor dtype for numpy dtype {array.dtype}; pass dtype=")
+    store = params.current()
+    if store is not None and dtype in params.PARAMETER_DTYPES and array.size * array.itemsize >= params.MIN_PARAMETER_BYTES:
+        # a weight of an external-parameter compile: into the store, referenced by its key
+        return params.reference(store.add_derived(array.astype(numpy_dtype(dtype), copy=False)), vtensor_type(array.shape, dtype))
     return build("torch.vtensor.literal", [], vtensor_type(array.shape, dtype), {"value": elements_attr(array, dtype)})

@@ -17,6 +17,7 @@ import numpy as np
 from cuvil_mlir.core.diagnostics import CuvilError, PackageError, RuntimeFailure
 from cuvil_mlir.runtime import boundary as _boundary
 from cuvil_mlir.runtime import device_resident, hostcpu, package
+from cuvil_mlir.runtime.parameters import Parameters
 from cuvil_mlir.runtime.session import Session, probe_drivers
 from cuvil_mlir.runtime.signature import Signature
 
@@ -34,10 +35,13 @@ class CompiledModel:
     ``InputError`` is the caller's mistake and never makes it try another target.
     The model's pytrees, in-place mutations of inputs, module state (mutated buffers, kept
     here across calls) and Python scalars go through ``boundary`` (cuvil_mlir/runtime/boundary.py).
+    A big model's weights are ``parameters``, outside the modules: one set all targets share.
     """
 
-    def __init__(self, modules: list[package.PackagedModule], metadata: dict, *, prefer=None, boundary=None, state=None):
+    def __init__(self, modules: list[package.PackagedModule], metadata: dict, *, prefer=None, boundary=None, state=None,
+                 parameters: Parameters | None = None):
         self.modules = list(modules)
+        self.parameters = parameters  # the external parameters every module reads (runtime/parameters.py), or None
         self.metadata = metadata
         self.signature = Signature.from_json(metadata["signature"])
         if boundary is None:
@@ -146,7 +150,7 @@ class CompiledModel:
                 warnings.warn(f"target '{failed.target}' (driver '{failed.driver}'): {what}: {error.message}; "
                               f"falling back to target '{m.target}'", TargetFallbackWarning, stacklevel=4)
             try:
-                self._session = Session(m.vmfb, m.driver)
+                self._session = Session(m.vmfb, m.driver, parameters=self.parameters)
             except RuntimeFailure as e:
                 self._failures[m.target] = f"loading failed: {e.message}"
                 previous = (m, "loading failed", e)
@@ -171,7 +175,7 @@ class CompiledModel:
         if files:
             metadata["state"] = [{"name": slot.name, "file": name, "sha256": _boundary.state_digest(data)}
                                  for slot, (name, data) in zip(self.boundary.state, files.items())]
-        package.write(path, self.modules, metadata, files, compress=compress)
+        package.write(path, self.modules, metadata, files, compress=compress, parameters=self.parameters)
 
     def __repr__(self) -> str:
         ins = ", ".join(s.describe() for s in self.signature.inputs)
@@ -195,10 +199,18 @@ def _preference_order(modules: list[package.PackagedModule], prefer) -> list[pac
     return [modules[i] for i in chosen]
 
 
-def load(path: str | os.PathLike, prefer=None) -> CompiledModel:
-    """Read a package and load it on this machine's first usable target (see ``select``)."""
+def load(path: str | os.PathLike, prefer=None, *, verify: bool = True) -> CompiledModel:
+    """Read a package and load it on this machine's first usable target (see ``select``).
+    The parameter archive is mapped, not read; ``verify`` checks it against its sha256 first
+    (reading it once); ``verify=False`` checks only its place and size (a truncated package is
+    still rejected), for loading a multi-GB package in about the time of mapping it."""
     metadata, modules = package.read(path)
     state = [_boundary.state_from_bytes(package.read_file(path, s["file"], s["sha256"]), s["name"]) for s in metadata.get("state", ())]
-    compiled = CompiledModel(modules, metadata, prefer=prefer, state=state)
+    parameters = package.read_parameters(path, metadata)
+    if parameters is not None:
+        parameters.view()  # maps it: a truncated file fails here
+        if verify:
+            parameters.verify()
+    compiled = CompiledModel(modules, metadata, prefer=prefer, state=state, parameters=parameters)
     compiled.select()
     return compiled

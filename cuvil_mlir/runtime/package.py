@@ -5,6 +5,8 @@ Layout::
     metadata.json           {"format": "cuvilpkg", "format_version": 2, "signature": ..., "boundary": ..., "modules": [...], ...}
     modules/<target>.vmfb   one IREE module per target
     state/<i>.npy           the module state (buffers the program mutates), when it has some
+    parameters/model.irpa   the external parameters every module reads (an IREE parameter
+                            archive, stored uncompressed at a page-aligned offset), when there are any
 
 Loading reads JSON and bytes only (never pickle, never code), checks every module's
 sha256, and rejects a corrupt or foreign file with a message that says which.
@@ -22,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuvil_mlir.core.diagnostics import PackageError, require_file
+from cuvil_mlir.runtime.parameters import ARCHIVE_NAME, SCOPE, Parameters, aligned_extra, data_offset
 
 FORMAT = "cuvilpkg"
-FORMAT_VERSION = 2  # 2 added "boundary" and "state" (docs/package-format.md)
-READ_VERSIONS = (1, 2)  # a version-1 package (no boundary) loads with positional tensors in and out
+FORMAT_VERSION = 3  # 2 added "boundary" and "state", 3 "parameters" (docs/package-format.md)
+READ_VERSIONS = (1, 2, 3)  # a version-1 package (no boundary) loads with positional tensors in and out
 
 
 @dataclass(frozen=True)
@@ -44,11 +47,12 @@ def module_file_name(target_spec: str) -> str:
 
 
 def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict, files: dict[str, bytes] | None = None,
-          *, compress: bool = True) -> None:
+          *, compress: bool = True, parameters: Parameters | None = None) -> None:
     """Write atomically: a failure never leaves a half-written package at ``path``.
     ``files``: more entries (name -> bytes; the module state, ``state/<i>.npy``).
     ``compress=False`` stores the modules uncompressed (deflate runs at ~30 MB/s on a module's
-    weights and saves <10%: the compile cache stores its entries so)."""
+    weights and saves <10%: the compile cache stores its entries so). ``parameters``: the
+    external parameters, written as one archive (stored, page-aligned) that every module reads."""
     path = Path(path)
     entries = []
     for m in modules:
@@ -58,18 +62,31 @@ def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict
             "file": module_file_name(m.target), "sha256": hashlib.sha256(m.vmfb).hexdigest(), "bytes": len(m.vmfb),
         })
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, **metadata, "modules": entries}
+    described = meta.pop("parameters", None) or {}  # what the compiler recorded (count, weight_bytes)
     tmp = path.with_name(path.name + ".tmp")
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as z:
-            z.writestr("metadata.json", json.dumps(meta, indent=2, sort_keys=True))
             for m, e in zip(modules, entries):
                 z.writestr(e["file"], m.vmfb)
             for name, data in (files or {}).items():
                 z.writestr(name, data)
+            if parameters is not None:
+                meta["parameters"] = {**described, **_write_parameters(z, parameters, path.with_name(path.name + ".irpa.tmp"))}
+            z.writestr("metadata.json", json.dumps(meta, indent=2, sort_keys=True))
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _write_parameters(z: zipfile.ZipFile, parameters: Parameters, scratch: Path) -> dict:
+    """The archive as a stored entry whose data starts at a page boundary; its metadata entry."""
+    info = zipfile.ZipInfo(ARCHIVE_NAME, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_STORED
+    info.extra = aligned_extra(z.fp.tell(), ARCHIVE_NAME, zip64=True)
+    with z.open(info, "w", force_zip64=True) as out:
+        digest = parameters.write_archive(out, scratch)
+    return {"file": ARCHIVE_NAME, "format": "irpa", "scope": SCOPE, "bytes": info.file_size, "sha256": digest}
 
 
 def read(path: str | os.PathLike) -> tuple[dict, list[PackagedModule]]:
@@ -86,6 +103,31 @@ def read(path: str | os.PathLike) -> tuple[dict, list[PackagedModule]]:
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise PackageError(f"{path} is corrupt: {e}") from e
     return meta, modules
+
+
+def read_parameters(path: str | os.PathLike, meta: dict) -> Parameters | None:
+    """The package's parameter archive (not read: located, to be mapped), or None when its
+    modules have no external parameters. A missing or resized entry is a ``PackageError``."""
+    entry = meta.get("parameters")
+    if entry is None:
+        return None
+    path = Path(path)
+    try:
+        name, size, digest = entry["file"], int(entry["bytes"]), str(entry["sha256"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise PackageError(f"{path} is corrupt: its 'parameters' entry lacks {e}") from e
+    try:
+        with zipfile.ZipFile(path) as z:
+            info = z.getinfo(name) if name in z.namelist() else None
+            if info is None:
+                raise PackageError(f"{path} is corrupt: the parameter archive {name} is missing")
+            if info.compress_type != zipfile.ZIP_STORED or info.file_size != size:
+                raise PackageError(f"{path} is corrupt: the parameter archive {name} has {info.file_size} bytes "
+                                   f"(compression {info.compress_type}), metadata.json says {size}, stored")
+            offset = data_offset(z.fp, info.header_offset)
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise PackageError(f"{path} is corrupt: {e}") from e
+    return Parameters(path=path, offset=offset, length=size, sha256=digest)
 
 
 def _parse_metadata(raw: bytes, path: Path) -> dict:

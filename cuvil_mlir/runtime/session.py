@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cuvil_mlir.core.diagnostics import RuntimeFailure, one_line
+from cuvil_mlir.core.diagnostics import PackageError, RuntimeFailure, one_line
 
 # Drivers whose inputs are imported as host memory, not copied. Not CUDA: measured on an H200
 # (2026-12-03, benchmarks/results/gpu-io-paths-2026-12-03.md), the copy path with the caching
@@ -108,10 +108,12 @@ class Session:
     ``copy`` chooses how inputs reach the device: ``None`` imports host memory on the
     drivers of HOST_IMPORT_DRIVERS and copies everywhere else; ``True`` / ``False`` force it.
     ``allocator``: IREE's device allocator, ``caching`` (the default on CACHING_DRIVERS) or
-    ``default``.
+    ``default``. ``parameters``: the program's external parameters
+    (cuvil_mlir/runtime/parameters.py), given to the module through IREE's parameter provider.
     """
 
-    def __init__(self, vmfb: bytes, driver: str, *, copy: bool | None = None, allocator: str | None = None):
+    def __init__(self, vmfb: bytes, driver: str, *, copy: bool | None = None, allocator: str | None = None,
+                 parameters=None):
         rt = _runtime()
 
         self.driver = driver
@@ -126,9 +128,16 @@ class Session:
             else:
                 self._config = rt.Config(driver)
                 self._device = self._config.device
-            self._ctx = rt.SystemContext(config=self._config)
-            self._vm_module = rt.VmModule.copy_buffer(self._ctx.instance, vmfb)
-            self._ctx.add_vm_module(self._vm_module)
+            self._vm_module = rt.VmModule.copy_buffer(self._config.vm_instance, vmfb)
+            if parameters is None:
+                self._ctx = rt.SystemContext(config=self._config)
+                self._ctx.add_vm_module(self._vm_module)
+            else:
+                provider = _parameter_index(parameters).create_provider(scope=parameters.scope)
+                io = rt.create_io_parameters_module(self._config.vm_instance, provider)
+                self._ctx = rt.SystemContext(vm_modules=[io, self._vm_module], config=self._config)
+        except PackageError:
+            raise
         except Exception as e:
             raise RuntimeFailure(f"IREE runtime could not load the module on driver '{driver}': {one_line(e)}") from e
         self._module = self._ctx.modules[self._vm_module.name]
@@ -280,6 +289,37 @@ class Session:
             shape = list(view.shape)
             out.append(np.zeros(shape, dtype) if host is None else np.array(host.map().asarray(shape, dtype)))
         return out
+
+
+def _parameter_index(parameters):
+    """An IREE parameter index over ``parameters``: the in-memory arrays as they are (no
+    copy), or the mapped archive (its entries point into the mapping)."""
+    rt = _runtime()
+    index = rt.ParameterIndex()
+    if parameters.arrays is not None:
+        for key, array in parameters.arrays.items():
+            index.add_buffer(key, _bytes_view(array))
+    else:
+        try:
+            index.load_from_file_handle(rt.FileHandle.wrap_memory(parameters.view()), "irpa")
+        except Exception as e:
+            raise PackageError(f"{parameters.path}: its parameter archive is not a valid IREE parameter archive: {one_line(e)}") from e
+    return index
+
+
+def _bytes_view(array: np.ndarray) -> np.ndarray:
+    """The array's bytes as a flat uint8 view (no copy for a C-contiguous array)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+def write_parameter_archive(arrays: dict[str, np.ndarray], path) -> None:
+    """An IREE parameter archive (``.irpa``) at ``path`` holding ``key -> array bytes``;
+    IREE's writer streams the buffers to the file (no copy of them in memory)."""
+    rt = _runtime()
+    index = rt.ParameterIndex()
+    for key, array in arrays.items():
+        index.add_buffer(key, _bytes_view(array))
+    index.create_archive_file(str(path))
 
 
 def tool_path(name: str) -> str:

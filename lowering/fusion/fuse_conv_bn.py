@@ -50,9 +50,11 @@ def constant_value(value, depth: int = 0):
     if op is None or t is None or depth > 16 or t.dtype not in FLOAT_WIDTH:
         return None
     name = op.operation.name
+    array = literal_array(value)  # a literal or an external parameter
+    if array is not None:
+        return np.asarray(array).astype(np.float64)
     if name == "torch.vtensor.literal":
-        array = literal_array(value)
-        return None if array is None else np.asarray(array).astype(np.float64)
+        return None
     args = [constant_value(v, depth + 1) if info(v) is not None else None for v in op.operands[:1]]
     if args[0] is None:
         return None

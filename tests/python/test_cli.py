@@ -137,7 +137,7 @@ def test_run_without_output_prints_a_summary(mlp, capsys):
 def test_inspect_prints_metadata(mlp, capsys):
     assert cli.main(["inspect", str(mlp.pkg)]) == 0
     out = capsys.readouterr().out
-    assert "format:      cuvilpkg version 2" in out
+    assert "format:      cuvilpkg version 3" in out
     assert "signature:   (float32[2, 8]) -> (float32[2, 4])" in out
     assert re.search(r"  cpu: modules/cpu\.vmfb, [\d.]+ KiB, driver local-task, sha256 [0-9a-f]{16}", out), out
     assert re.search(r"  vmvx: modules/vmvx\.vmfb, [\d.]+ KiB, driver local-task, sha256 [0-9a-f]{16}", out), out
@@ -152,7 +152,7 @@ def test_inspect_json_is_the_stored_metadata(mlp, capsys):
     with zipfile.ZipFile(mlp.pkg) as z:
         stored = json.loads(z.read("metadata.json"))
     assert printed == stored
-    assert printed["format_version"] == 2 and [m["target"] for m in printed["modules"]] == ["cpu", "vmvx"]
+    assert printed["format_version"] == 3 and [m["target"] for m in printed["modules"]] == ["cpu", "vmvx"]
 
 
 def test_emit_stages_print_ir_instead_of_compiling(mlp, capsys, tmp_path):

@@ -13,8 +13,9 @@ import re
 import warnings
 import zipfile
 
+from cuvil_mlir.core import params
 from cuvil_mlir.core.diagnostics import ImportError_, require_file
-from cuvil_mlir.core.ir import elements_attr, ir
+from cuvil_mlir.core.ir import elements_attr, func, ir
 from cuvil_mlir.core.tensor_types import TORCH_TO_MLIR
 
 # aten ops kept whole through import (raise patterns and IREE's torch input know them).
@@ -77,14 +78,16 @@ def to_exported_program(model, args=(), kwargs=None, dynamic_shapes=None):
 
 
 def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS, prepare=None,
-                   complex_ops: bool = False) -> ir.Module:
+                   complex_ops: bool = False, store=None) -> ir.Module:
     """ExportedProgram -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
 
     ``kept_ops=()`` is torch-mlir's own import: its default decompositions and backend-legal
     ops, nothing kept whole (the plain-IREE baseline of the comparison harness).
     ``prepare``: a function of the decomposed program (our copy) that returns the program
     to import (cuvil_mlir/runtime/boundary.py shapes the function's arguments and results).
-    ``complex_ops``: decompose the ops IREE gets wrong or cannot compile (decompositions.py)."""
+    ``complex_ops``: decompose the ops IREE gets wrong or cannot compile (decompositions.py).
+    ``store``: a ``ParameterStore`` (core/params.py): weights become references to it,
+    named by their state-dict names, instead of literals."""
     from torch_mlir import fx
     from torch_mlir.extras.fx_importer import FxImporter
 
@@ -94,14 +97,16 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
             program = _with_non_persistent_buffers(program.run_decompositions(_decomposition_table(kept_ops, complex_ops)))
             if prepare is not None:
                 program = prepare(program)
-            return fx.export_and_import(
+            hooks = _readable_weights_hooks() if store is None else _external_weights_hooks(store, _state_names(program))
+            module = fx.export_and_import(
                 program,
                 output_type="torch",
-                fx_importer=_with_module_paths(FxImporter(context=ctx, hooks=_readable_weights_hooks())),
+                fx_importer=_with_module_paths(FxImporter(context=ctx, hooks=hooks)),
                 decomposition_table={},  # already decomposed above
                 backend_legal_ops=[f"aten.{name}" for name in kept_ops] or None,  # None: torch-mlir's defaults
                 func_name=func_name,
             )
+            return module if store is None else _calls_to_references(module)
     except ImportError_:
         raise
     except Exception as e:
@@ -172,6 +177,90 @@ def _readable_weights_hooks():
             return op.result
 
     return ReadableWeights()
+
+
+def _external_weights_hooks(store, names: dict[int, str]):
+    """Importer hooks that put every tensor literal of at least MIN_PARAMETER_BYTES into
+    ``store`` (a view of its storage, no copy) and emit a reference to it (core/params.py);
+    smaller ones become readable literals. ``names``: id(tensor) -> its state-dict name, the
+    parameter's key (a tensor torch-mlir made on the way, a bool constant widened to ui8,
+    gets a key from its bytes)."""
+    import torch
+
+    readable = _readable_weights_hooks()
+
+    class ExternalWeights(type(readable)):
+        def resolve_literal(self, gni, literal, info):
+            if not isinstance(literal, torch.Tensor) or literal.is_sparse:
+                return None
+            dtype = TORCH_TO_MLIR.get(str(literal.dtype).removeprefix("torch."))
+            if dtype not in params.PARAMETER_DTYPES or literal.numel() * literal.element_size() < params.MIN_PARAMETER_BYTES:
+                return super().resolve_literal(gni, literal, info)
+            array = params.torch_array(literal)
+            name = names.get(id(literal))
+            key = store.add(name, array) if name is not None else store.add_derived(array)
+            return _parameter_call(gni, key, gni._cc.tensor_to_vtensor_type(literal), self.symbols)
+
+    hooks = ExternalWeights()
+    hooks.symbols = {}  # key -> its declaration's symbol
+    return hooks
+
+
+# torch-mlir's import pipeline rejects any torch.operator (its backend contract), so during the
+# import a parameter is a call of a private declaration that names it; _calls_to_references
+# turns the calls into core/params.py's references right after.
+_DECLARATION_PREFIX = "__cuvil_parameter_"
+
+
+def _parameter_call(gni, key: str, vtensor_type, symbols: dict):
+    with gni._cc._c:
+        module = gni.fx_importer._m
+        symbol = symbols.get(key)
+        if symbol is None:
+            symbol = symbols[key] = f"{_DECLARATION_PREFIX}{len(symbols)}"
+            with ir.InsertionPoint.at_block_begin(module.body), ir.Location.unknown():
+                declaration = func.FuncOp(symbol, ir.FunctionType.get([], [vtensor_type]), visibility="private")
+                declaration.attributes[params.KEY_ATTR] = ir.StringAttr.get(key)
+        op = ir.Operation.create("func.call", results=[vtensor_type], attributes={"callee": ir.FlatSymbolRefAttr.get(symbol)})
+        return op.result
+
+
+def _calls_to_references(module: ir.Module) -> ir.Module:
+    """Each call of a parameter declaration -> a parameter reference; the declarations removed."""
+    declarations = {}
+    for op in list(module.body.operations):
+        if op.operation.name == "func.func" and params.KEY_ATTR in op.operation.attributes:
+            symbol = ir.StringAttr(op.operation.attributes["sym_name"]).value
+            declarations[symbol] = (ir.StringAttr(op.operation.attributes[params.KEY_ATTR]).value, op)
+    calls = []
+
+    def visit(op):
+        if op.name == "func.call" and ir.FlatSymbolRefAttr(op.attributes["callee"]).value in declarations:
+            calls.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    with module.context:
+        for call in calls:
+            key = declarations[ir.FlatSymbolRefAttr(call.attributes["callee"]).value][0]
+            with ir.InsertionPoint(call), call.location:
+                value = params.reference(key, call.results[0].type)
+            call.results[0].replace_all_uses_with(value)
+            call.erase()
+    for _, declaration in declarations.values():
+        declaration.operation.erase()
+    return module
+
+
+def _state_names(program) -> dict[int, str]:
+    tensors = {**program.constants, **program.state_dict}
+    return {id(t): name for name, t in tensors.items() if hasattr(t, "data_ptr")}
+
+
+def weight_bytes(program) -> int:
+    """Bytes of the program's parameters, buffers and tensor constants (the params rule's measure)."""
+    tensors = {**program.constants, **program.state_dict}
+    return sum(t.numel() * t.element_size() for t in tensors.values() if hasattr(t, "element_size"))
 
 
 def _with_non_persistent_buffers(program):
