@@ -232,7 +232,7 @@ def _lowered_texts(case, backends) -> dict:
             if b == "cuvil":
                 texts[b] = compile_program(case.model, (), Options(target="cpu"), emit="lowered", elide_weights=False).text
             else:
-                texts[b] = module_to_text(onnx_importer.import_model(case.model, make_context(), kept_ops=()))
+                texts[b] = module_to_text(onnx_importer.import_model(case.model, make_context(), kept_ops=(), expand_functions=False))
         except Exception:  # noqa: BLE001  (prepare() reports it)
             texts[b] = None
     return texts

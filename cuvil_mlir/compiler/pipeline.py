@@ -113,7 +113,7 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     options = options or Options()
     targets = parse_targets(options.target, opt_level=options.opt_level)
     start = time.perf_counter()
-    module, prepared = _import(model, args, None, None, make_context(), kept_ops=())
+    module, prepared = _import(model, args, None, None, make_context(), plain=True, kept_ops=())
     signature = signature_of(module)
     prepared = prepared or boundary.Prepared.identity(signature)
     prepared.check_against(signature)
@@ -129,13 +129,16 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     return _compiled(built, {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"}, prepared)
 
 
-def _import(model, args, kwargs, dynamic_shapes, ctx, **options):
+def _import(model, args, kwargs, dynamic_shapes, ctx, *, plain: bool = False, expand=frozenset(), **options):
     """torch-mlir's import: an ONNX model through its ONNX importer (no torch.export signature:
-    the boundary is read from the function, ``prepared`` None), anything else exported and
-    shaped by the boundary (cuvil_mlir/runtime/boundary.py)."""
+    the boundary is read from the function, ``prepared`` None; ``expand``: ONNX op types to
+    expand into their function bodies; ``plain``: without Cuvil's ONNX-level rewrites),
+    anything else exported and shaped by the boundary (cuvil_mlir/runtime/boundary.py)."""
     if onnx.is_onnx_model(model):  # a .onnx path or ModelProto
         onnx_options = {"kept_ops": options["kept_ops"]} if "kept_ops" in options else {}
-        return onnx.import_model(model, ctx, **onnx_options), None
+        if plain:  # torch-mlir's ONNX import alone
+            onnx_options["expand_functions"] = False
+        return onnx.import_model(model, ctx, expand=expand, **onnx_options), None
     program = fx.to_exported_program(model, args, kwargs, dynamic_shapes)
     found = []
 

@@ -205,14 +205,110 @@ def _symbolic_dims(proto) -> dict[str, list[str]]:
 
 
 def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS,
-                 data_dir: str | os.PathLike | None = None) -> ir.Module:
+                 data_dir: str | os.PathLike | None = None, expand_functions: bool = True,
+                 expand: frozenset[str] = frozenset()) -> ir.Module:
     """ONNX model -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
 
-    ``kept_ops=()`` is torch-mlir's own lowering (nothing kept whole: the plain-IREE baseline)."""
+    An op torch-mlir's lowering cannot convert, but which ONNX defines as a function (its
+    schema has a function body at the model's opset: Attention, RMSNormalization, ...), is
+    expanded into that body and the model imported again (``expand_functions``); ``expand``
+    names op types to expand from the start (a lowering that converts but does not compile).
+    ``kept_ops=()`` and ``expand_functions=False`` is torch-mlir's own import (the plain-IREE
+    baseline)."""
     loaded = load_model(model, data_dir=data_dir)
-    module = import_onnx_dialect(loaded, ctx, func_name=func_name)
-    lower_to_torch(module, loaded, kept_ops=kept_ops)
-    return module
+    done = set()
+    if expand:
+        loaded = expand_function_ops(loaded, set(expand))
+        done |= set(expand)
+    while True:
+        module = import_onnx_dialect(loaded, ctx, func_name=func_name)
+        try:
+            lower_to_torch(module, loaded, kept_ops=kept_ops)
+            return module
+        except UnsupportedOnnxOp as e:
+            ops = {op for op, _ in e.ops} - done
+            wanted = {op for op in ops if has_function_body(loaded.proto, op)} if expand_functions else set()
+            if not wanted:
+                raise
+            loaded = expand_function_ops(loaded, wanted)
+            done |= wanted
+
+
+def has_function_body(proto, op_type: str, domain: str = "") -> bool:
+    """Whether ONNX defines ``op_type`` as a function (plain or context-dependent) at the
+    opset ``proto`` imports for its domain."""
+    from onnx import defs
+
+    opset = next((o.version for o in proto.opset_import if o.domain == domain or (not domain and o.domain == "ai.onnx")), 0)
+    try:
+        schema = defs.get_schema(op_type, opset, domain)
+    except Exception:  # noqa: BLE001  (no such op in that domain and opset)
+        return False
+    versions = [*schema.function_opset_versions, *schema.context_dependent_function_opset_versions]
+    return any(v <= opset for v in versions)
+
+
+def expand_function_ops(loaded: OnnxModel, op_types: set[str]) -> OnnxModel:
+    """Every node of ``op_types`` (default domain, top-level graph) replaced by its ONNX
+    function body, then checked and shape-inferred again. Each node gets its own instance of
+    the body (a context-dependent body depends on the node's attributes and input types; an
+    absent optional input has an empty type), as a model-local function that ``onnx.inliner``
+    inlines. Attributes the node leaves out get the schema's defaults first, as a function
+    body refers to them by name."""
+    from onnx import FunctionProto, TypeProto, defs, helper, inliner
+
+    onnx = _onnx()
+    proto = loaded.proto
+    opset = _opset(proto)
+    types = {v.name: v.type for v in [*proto.graph.input, *proto.graph.value_info, *proto.graph.output]}
+    for t in proto.graph.initializer:
+        types.setdefault(t.name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+    light = type(proto)()
+    light.CopyFrom(proto)  # the inliner serializes the model: without weights (a model may pass 2 GB)
+    del light.graph.initializer[:]
+    domain = "cuvil.expand"
+    for i, node in enumerate(light.graph.node):
+        if node.domain not in ("", "ai.onnx") or node.op_type not in op_types:
+            continue
+        schema = defs.get_schema(node.op_type, opset, "")
+        given = {a.name for a in node.attribute}
+        for name, attr in schema.attributes.items():
+            if name not in given and attr.default_value.type:
+                node.attribute.append(attr.default_value)
+        body = FunctionProto()
+        try:
+            if any(v <= opset for v in schema.context_dependent_function_opset_versions):
+                input_types = [(types.get(x) or TypeProto()).SerializeToString() if x else TypeProto().SerializeToString()
+                               for x in node.input]
+                body.ParseFromString(schema.get_context_dependent_function_with_opset_version(
+                    opset, node.SerializeToString(), input_types))
+            else:
+                body.ParseFromString(schema.get_function_with_opset_version(opset))
+        except Exception as e:
+            raise ImportError_(f"ONNX op {node.op_type} (node '{node.name}') has no usable function body at opset "
+                               f"{opset}: {type(e).__name__}: {_short(e)}") from e
+        body.domain, body.name = domain, f"{node.op_type}_{i}"
+        for o in body.opset_import:  # a body written for an older opset (Swish's 24 at 28): the inliner
+            if o.domain in ("", "ai.onnx"):  # skips a function whose opsets differ from the model's
+                o.version = opset
+        node.domain, node.op_type = domain, body.name
+        light.functions.append(body)
+    light.opset_import.append(helper.make_opsetid(domain, 1))
+    try:
+        expanded = inliner.inline_local_functions(light)
+    except Exception as e:
+        raise ImportError_(f"expanding ONNX ops {', '.join(sorted(op_types))} into their function bodies failed: "
+                           f"{type(e).__name__}: {_short(e)}") from e
+    left = sorted({n.op_type for n in expanded.graph.node if n.domain == domain})
+    if left:
+        raise ImportError_(f"expanding ONNX ops into their function bodies failed: onnx's inliner left {', '.join(left)}")
+    keep = [o for o in expanded.opset_import if o.domain != domain]
+    del expanded.opset_import[:]
+    expanded.opset_import.extend(keep)
+    del expanded.functions[:]
+    expanded.graph.initializer.extend(proto.graph.initializer)
+    big = expanded.ByteSize() > _PROTOBUF_LIMIT
+    return OnnxModel(_checked_and_inferred(onnx, expanded, loaded.path, big=big), loaded.path, loaded.symbolic_dims)
 
 
 def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = "main") -> ir.Module:
