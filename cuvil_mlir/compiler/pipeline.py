@@ -43,6 +43,9 @@ from cuvil_mlir.runtime.signature import signature_of
 from cuvil_mlir.targets import iree, parse_targets
 
 IMPORT_STAGE = Stage.TORCH
+# how often an ONNX model IREE cannot compile is rewritten where it failed and tried again
+# (an expanded function can hold another: SoftmaxCrossEntropyLoss -> NegativeLogLikelihoodLoss)
+ONNX_REWRITE_ROUNDS = 3
 # float64 computed as float64 where the target can (targets/base.py holds_f64)
 F64_FLAGS = ("--iree-input-demote-f64-to-f32=false",)
 
@@ -96,14 +99,36 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
     imported = module_to_bytecode(module)
 
     # per target: its stages on a fresh copy of the imported module, then IREE
+    failed: list[str] = []
+    while True:
+        try:
+            built = _compile_targets(targets, imported, ctx, options, emit, elide_weights)
+            break
+        except CompileError as e:
+            if not onnx.is_onnx_model(model) or len(failed) == ONNX_REWRITE_ROUNDS:
+                raise
+            # an ONNX model whose lowering IREE cannot compile: imported again, rewritten at
+            # the ONNX level where IREE failed (function bodies, constants, static reduction axes)
+            failed.append(e.message)
+            try:
+                module, _ = _import(model, args, kwargs, dynamic_shapes, ctx, failed=tuple(failed))
+            except onnx.RewriteNotPossible:
+                raise e from None
+            imported = module_to_bytecode(module)
+    if isinstance(built, Emitted):
+        return built
+    return _compiled(built, _metadata(signature, built, options, import_seconds), prepared)
+
+
+def _compile_targets(targets, imported: bytes, ctx, options: Options, emit, elide_weights):
+    """Each target's build (or the Emitted stage of the first)."""
     built = []
     for target in targets:
         result = _compile_for_target(target, imported, ctx, options, emit, elide_weights)
         if isinstance(result, Emitted):
             return result
         built.append(result)
-
-    return _compiled(built, _metadata(signature, built, options, import_seconds), prepared)
+    return built
 
 
 def compile_plain_iree(model, args=(), options: Options | None = None) -> CompiledModel:
@@ -129,16 +154,16 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     return _compiled(built, {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"}, prepared)
 
 
-def _import(model, args, kwargs, dynamic_shapes, ctx, *, plain: bool = False, expand=frozenset(), **options):
+def _import(model, args, kwargs, dynamic_shapes, ctx, *, plain: bool = False, failed: tuple[str, ...] = (), **options):
     """torch-mlir's import: an ONNX model through its ONNX importer (no torch.export signature:
-    the boundary is read from the function, ``prepared`` None; ``expand``: ONNX op types to
-    expand into their function bodies; ``plain``: without Cuvil's ONNX-level rewrites),
+    the boundary is read from the function, ``prepared`` None; ``plain``: without Cuvil's
+    ONNX-level rewrites; ``failed``: IREE's errors on the modules of earlier imports, to rewrite for),
     anything else exported and shaped by the boundary (cuvil_mlir/runtime/boundary.py)."""
     if onnx.is_onnx_model(model):  # a .onnx path or ModelProto
         onnx_options = {"kept_ops": options["kept_ops"]} if "kept_ops" in options else {}
         if plain:  # torch-mlir's ONNX import alone
-            onnx_options["expand_functions"] = False
-        return onnx.import_model(model, ctx, expand=expand, **onnx_options), None
+            onnx_options["rewrites_allowed"] = False
+        return onnx.import_model(model, ctx, failed=failed, **onnx_options), None
     program = fx.to_exported_program(model, args, kwargs, dynamic_shapes)
     found = []
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from cuvil_mlir.core.diagnostics import ImportError_, require_file
+from cuvil_mlir.compiler.importers import onnx_rewrites as rewrites
 from cuvil_mlir.core.ir import elements_attr, ir, passmanager
 
 # aten ops kept whole through the ONNX lowering (raise patterns and IREE's torch input know
@@ -54,6 +55,10 @@ class UnsupportedOnnxOp(ImportError_):
     def __init__(self, message: str, *, ops: list[tuple[str, str]]):
         super().__init__(message)
         self.ops = ops  # (op type, node name) of every op left
+
+
+class RewriteNotPossible(ImportError_):
+    """No ONNX-level rewrite applies to what IREE failed on (``import_model(failed=...)``)."""
 
 
 class SymbolicDimError(ImportError_):
@@ -205,110 +210,71 @@ def _symbolic_dims(proto) -> dict[str, list[str]]:
 
 
 def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS,
-                 data_dir: str | os.PathLike | None = None, expand_functions: bool = True,
-                 expand: frozenset[str] = frozenset()) -> ir.Module:
+                 data_dir: str | os.PathLike | None = None, rewrites_allowed: bool = True,
+                 failed: tuple[str, ...] = ()) -> ir.Module:
     """ONNX model -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
 
-    An op torch-mlir's lowering cannot convert, but which ONNX defines as a function (its
-    schema has a function body at the model's opset: Attention, RMSNormalization, ...), is
-    expanded into that body and the model imported again (``expand_functions``); ``expand``
-    names op types to expand from the start (a lowering that converts but does not compile).
-    ``kept_ops=()`` and ``expand_functions=False`` is torch-mlir's own import (the plain-IREE
-    baseline)."""
+    Where torch-mlir's lowering fails, the model is rewritten at the ONNX level and imported
+    again (onnx_rewrites.py): an op ONNX defines as a function (Attention, RMSNormalization,
+    ...) is expanded into its body; then constants are folded and reductions given the axes
+    their static shapes imply. ``failed``, the errors of the modules IREE could not compile
+    (of this model, then of each rewrite), asks for all of that from the start, expanding
+    the function ops among the nodes they name (``RewriteNotPossible`` when nothing would
+    change). ``kept_ops=()`` and
+    ``rewrites_allowed=False`` is torch-mlir's own import (the plain-IREE baseline)."""
     loaded = load_model(model, data_dir=data_dir)
-    done = set()
-    if expand:
-        loaded = expand_function_ops(loaded, set(expand))
-        done |= set(expand)
+    done, folded = set(), False
+    for message in failed:
+        loaded, expanded = _rewritten_for(loaded, message)
+        done |= expanded
+        folded = True
     while True:
         module = import_onnx_dialect(loaded, ctx, func_name=func_name)
         try:
             lower_to_torch(module, loaded, kept_ops=kept_ops)
             return module
         except UnsupportedOnnxOp as e:
-            ops = {op for op, _ in e.ops} - done
-            wanted = {op for op in ops if has_function_body(loaded.proto, op)} if expand_functions else set()
-            if not wanted:
+            if not rewrites_allowed:
                 raise
-            loaded = expand_function_ops(loaded, wanted)
-            done |= wanted
+            wanted = {op for op, _ in e.ops if rewrites.has_function_body(loaded.proto, op)} - done
+            if wanted:
+                loaded = _rewritten(loaded, rewrites.expand_function_ops(loaded.proto, wanted))
+                done |= wanted
+                continue
+            # a lowering that needs constant operands (axes, sizes, If conditions) computed by nodes
+            changed = None
+            if not folded:
+                changed = rewrites.fold_constants(loaded.proto)
+                changed = rewrites.static_reduction_axes(changed or loaded.proto) or changed
+                folded = True
+            if changed is None:
+                raise
+            loaded = _rewritten(loaded, changed)
 
 
-def has_function_body(proto, op_type: str, domain: str = "") -> bool:
-    """Whether ONNX defines ``op_type`` as a function (plain or context-dependent) at the
-    opset ``proto`` imports for its domain."""
-    from onnx import defs
+def _rewritten_for(loaded: OnnxModel, failed: str) -> tuple[OnnxModel, set[str]]:
+    """``loaded`` rewritten where IREE failed on its module: reductions given static axes
+    (before an expansion turns them into reductions of unknown shape), the function ops
+    among the nodes the error names expanded, constants folded, static axes again."""
+    _name_nodes(loaded.proto)
+    named = set(re.findall(r'loc\("([^"]+)"', failed))
+    ops = {n.op_type for n in loaded.proto.graph.node
+           if n.name in named and rewrites.has_function_body(loaded.proto, n.op_type)}
+    changed = rewrites.static_reduction_axes(loaded.proto)
+    if ops:
+        changed = rewrites.expand_function_ops(changed or loaded.proto, ops)
+        changed = _rewritten(loaded, changed).proto  # shapes of the expansion, for folding and axes
+    changed = rewrites.fold_constants(changed or loaded.proto) or changed
+    changed = rewrites.static_reduction_axes(changed or loaded.proto) or changed
+    if changed is None:
+        raise RewriteNotPossible(f"no ONNX-level rewrite applies to the nodes IREE failed on: {_short(failed, 200)}")
+    return _rewritten(loaded, changed), ops
 
-    opset = next((o.version for o in proto.opset_import if o.domain == domain or (not domain and o.domain == "ai.onnx")), 0)
-    try:
-        schema = defs.get_schema(op_type, opset, domain)
-    except Exception:  # noqa: BLE001  (no such op in that domain and opset)
-        return False
-    versions = [*schema.function_opset_versions, *schema.context_dependent_function_opset_versions]
-    return any(v <= opset for v in versions)
 
-
-def expand_function_ops(loaded: OnnxModel, op_types: set[str]) -> OnnxModel:
-    """Every node of ``op_types`` (default domain, top-level graph) replaced by its ONNX
-    function body, then checked and shape-inferred again. Each node gets its own instance of
-    the body (a context-dependent body depends on the node's attributes and input types; an
-    absent optional input has an empty type), as a model-local function that ``onnx.inliner``
-    inlines. Attributes the node leaves out get the schema's defaults first, as a function
-    body refers to them by name."""
-    from onnx import FunctionProto, TypeProto, defs, helper, inliner
-
-    onnx = _onnx()
-    proto = loaded.proto
-    opset = _opset(proto)
-    types = {v.name: v.type for v in [*proto.graph.input, *proto.graph.value_info, *proto.graph.output]}
-    for t in proto.graph.initializer:
-        types.setdefault(t.name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
-    light = type(proto)()
-    light.CopyFrom(proto)  # the inliner serializes the model: without weights (a model may pass 2 GB)
-    del light.graph.initializer[:]
-    domain = "cuvil.expand"
-    for i, node in enumerate(light.graph.node):
-        if node.domain not in ("", "ai.onnx") or node.op_type not in op_types:
-            continue
-        schema = defs.get_schema(node.op_type, opset, "")
-        given = {a.name for a in node.attribute}
-        for name, attr in schema.attributes.items():
-            if name not in given and attr.default_value.type:
-                node.attribute.append(attr.default_value)
-        body = FunctionProto()
-        try:
-            if any(v <= opset for v in schema.context_dependent_function_opset_versions):
-                input_types = [(types.get(x) or TypeProto()).SerializeToString() if x else TypeProto().SerializeToString()
-                               for x in node.input]
-                body.ParseFromString(schema.get_context_dependent_function_with_opset_version(
-                    opset, node.SerializeToString(), input_types))
-            else:
-                body.ParseFromString(schema.get_function_with_opset_version(opset))
-        except Exception as e:
-            raise ImportError_(f"ONNX op {node.op_type} (node '{node.name}') has no usable function body at opset "
-                               f"{opset}: {type(e).__name__}: {_short(e)}") from e
-        body.domain, body.name = domain, f"{node.op_type}_{i}"
-        for o in body.opset_import:  # a body written for an older opset (Swish's 24 at 28): the inliner
-            if o.domain in ("", "ai.onnx"):  # skips a function whose opsets differ from the model's
-                o.version = opset
-        node.domain, node.op_type = domain, body.name
-        light.functions.append(body)
-    light.opset_import.append(helper.make_opsetid(domain, 1))
-    try:
-        expanded = inliner.inline_local_functions(light)
-    except Exception as e:
-        raise ImportError_(f"expanding ONNX ops {', '.join(sorted(op_types))} into their function bodies failed: "
-                           f"{type(e).__name__}: {_short(e)}") from e
-    left = sorted({n.op_type for n in expanded.graph.node if n.domain == domain})
-    if left:
-        raise ImportError_(f"expanding ONNX ops into their function bodies failed: onnx's inliner left {', '.join(left)}")
-    keep = [o for o in expanded.opset_import if o.domain != domain]
-    del expanded.opset_import[:]
-    expanded.opset_import.extend(keep)
-    del expanded.functions[:]
-    expanded.graph.initializer.extend(proto.graph.initializer)
-    big = expanded.ByteSize() > _PROTOBUF_LIMIT
-    return OnnxModel(_checked_and_inferred(onnx, expanded, loaded.path, big=big), loaded.path, loaded.symbolic_dims)
+def _rewritten(loaded: OnnxModel, proto) -> OnnxModel:
+    """``loaded`` with a rewritten proto, checked and shape-inferred again."""
+    big = proto.ByteSize() > _PROTOBUF_LIMIT
+    return OnnxModel(_checked_and_inferred(_onnx(), proto, loaded.path, big=big), loaded.path, loaded.symbolic_dims)
 
 
 def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = "main") -> ir.Module:
@@ -318,9 +284,7 @@ def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = 
     proto = loaded.proto
     saved_name = proto.graph.name
     proto.graph.name = func_name  # the importer names the function after the graph
-    for i, node in enumerate(proto.graph.node):  # errors and locations name nodes
-        if not node.name:
-            node.name = f"{node.op_type}_{i}"
+    _name_nodes(proto)
     try:
         info = onnx_importer.ModelInfo(proto)
         module = info.create_module(context=ctx)
@@ -337,6 +301,13 @@ def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = 
         proto.graph.name = saved_name
     _name_locations(module, proto)
     return module
+
+
+def _name_nodes(proto) -> None:
+    """Errors and locations name nodes: a nameless node is called ``<op type>_<index>``."""
+    for i, node in enumerate(proto.graph.node):
+        if not node.name:
+            node.name = f"{node.op_type}_{i}"
 
 
 def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS) -> None:
