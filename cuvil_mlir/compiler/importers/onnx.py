@@ -18,6 +18,10 @@ folder or from ``data_dir``) or an ``onnx.ModelProto``. The steps:
    backend-legal (as the FX importer keeps them), giving the same value-semantics torch IR
    the FX path gives.
 
+Where step 3 fails, or IREE fails on the result, the model is rewritten at the ONNX level
+(onnx_rewrites.py: function expansion, constant folding, static reduction axes) and imported
+again; a model that imports and compiles is never rewritten.
+
 ``dim_param`` dims become dynamic (``?``) dims of the function's signature; the names are
 kept (``symbolic_dims``) so errors can name them.
 """
@@ -220,8 +224,8 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
     their static shapes imply. ``failed``, the errors of the modules IREE could not compile
     (of this model, then of each rewrite), asks for all of that from the start, expanding
     the function ops among the nodes they name (``RewriteNotPossible`` when nothing would
-    change). ``kept_ops=()`` and
-    ``rewrites_allowed=False`` is torch-mlir's own import (the plain-IREE baseline)."""
+    change). ``kept_ops=()`` and ``rewrites_allowed=False`` is torch-mlir's own import (the
+    plain-IREE baseline)."""
     loaded = load_model(model, data_dir=data_dir)
     done, folded = set(), False
     for message in failed:
