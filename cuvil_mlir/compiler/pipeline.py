@@ -46,6 +46,9 @@ from cuvil_mlir.runtime.signature import signature_of
 from cuvil_mlir.targets import iree, parse_targets
 
 IMPORT_STAGE = Stage.TORCH
+# how often an ONNX model IREE cannot compile is rewritten where it failed and tried again
+# (an expanded function can hold another: SoftmaxCrossEntropyLoss -> NegativeLogLikelihoodLoss)
+ONNX_REWRITE_ROUNDS = 3
 # float64 computed as float64 where the target can (targets/base.py holds_f64)
 F64_FLAGS = ("--iree-input-demote-f64-to-f32=false",)
 
@@ -102,21 +105,45 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
 
     # per target: its stages on a fresh copy of the imported module, then IREE; the
     # parameters the targets' modules read (passes add derived ones to the store) are kept
+    failed: list[str] = []
+    while True:
+        try:
+            built = _compile_targets(targets, imported, ctx, options, emit, elide_weights, store)
+            break
+        except CompileError as e:
+            if not onnx.is_onnx_model(model) or len(failed) == ONNX_REWRITE_ROUNDS:
+                raise
+            # an ONNX model whose lowering IREE cannot compile: imported again, rewritten at
+            # the ONNX level where IREE failed (function bodies, constants, static reduction axes)
+            failed.append(e.message)
+            try:
+                module, _, _ = _import(model, args, kwargs, dynamic_shapes, ctx, params_mode=options.params,
+                                       failed=tuple(failed))
+            except onnx.RewriteNotPossible:
+                raise e from None
+            imported = module_to_bytecode(module)
+    if isinstance(built, Emitted):
+        return built
+
+    metadata = _metadata(signature, built, options, import_seconds)
+    used = set().union(*(result.parameters for result in built))
+    parameters = None if store is None else Parameters.in_memory(store.subset(used).arrays)
+    if parameters is not None:
+        metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes}
+    return _compiled(built, metadata, prepared, parameters)
+
+
+def _compile_targets(targets, imported: bytes, ctx, options: Options, emit, elide_weights, store):
+    """Each target's build (or the Emitted stage of the first), with ``store`` the active
+    parameter store (None: weights inline)."""
     built = []
-    used: set[str] = set()
     with params.active(store):
         for target in targets:
             result = _compile_for_target(target, imported, ctx, options, emit, elide_weights)
             if isinstance(result, Emitted):
                 return result
             built.append(result)
-            used |= result.parameters
-
-    metadata = _metadata(signature, built, options, import_seconds)
-    parameters = None if store is None else Parameters.in_memory(store.subset(used).arrays)
-    if parameters is not None:
-        metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes}
-    return _compiled(built, metadata, prepared, parameters)
+    return built
 
 
 def compile_plain_iree(model, args=(), options: Options | None = None) -> CompiledModel:
@@ -126,7 +153,7 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     options = options or Options()
     targets = parse_targets(options.target, opt_level=options.opt_level)
     start = time.perf_counter()
-    module, prepared, _ = _import(model, args, None, None, make_context(), kept_ops=(), params_mode="inline")
+    module, prepared, _ = _import(model, args, None, None, make_context(), plain=True, kept_ops=(), params_mode="inline")
     signature = signature_of(module)
     prepared = prepared or boundary.Prepared.identity(signature)
     prepared.check_against(signature)
@@ -142,17 +169,21 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     return _compiled(built, {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"}, prepared)
 
 
-def _import(model, args, kwargs, dynamic_shapes, ctx, *, params_mode: str, **options):
+def _import(model, args, kwargs, dynamic_shapes, ctx, *, params_mode: str, plain: bool = False,
+            failed: tuple[str, ...] = (), **options):
     """torch-mlir's import: an ONNX model through its ONNX importer (no torch.export signature:
-    the boundary is read from the function, ``prepared`` None), anything else exported and
-    shaped by the boundary (cuvil_mlir/runtime/boundary.py). Returns (module, prepared, the
-    parameter store when the weights are external, else None)."""
+    the boundary is read from the function, ``prepared`` None; ``plain``: without Cuvil's
+    ONNX-level rewrites; ``failed``: IREE's errors on the modules of earlier imports, to rewrite for),
+    anything else exported and shaped by the boundary (cuvil_mlir/runtime/boundary.py). Returns
+    (module, prepared, the parameter store when the weights are external, else None)."""
     if onnx.is_onnx_model(model):  # a .onnx path or ModelProto
         if params_mode == "external":
             raise CuvilError("params='external' is not supported for ONNX models yet: their weights are inlined "
                              "(params='auto' or 'inline')")
         onnx_options = {"kept_ops": options["kept_ops"]} if "kept_ops" in options else {}
-        return onnx.import_model(model, ctx, **onnx_options), None, None
+        if plain:  # torch-mlir's ONNX import alone
+            onnx_options["rewrites_allowed"] = False
+        return onnx.import_model(model, ctx, failed=failed, **onnx_options), None, None
     program = fx.to_exported_program(model, args, kwargs, dynamic_shapes)
     store = ParameterStore() if resolve_mode(params_mode, fx.weight_bytes(program)) == "external" else None
     found = []

@@ -277,6 +277,93 @@ def test_op_in_an_unsupported_form_names_op_and_node():
 
 
 # ---------------------------------------------------------------------------------------
+# ONNX-level rewrites where torch-mlir or IREE fail (cuvil_mlir/compiler/importers/onnx_rewrites.py)
+
+
+def _check_with_onnx_reference(model, *inputs, rtol=1e-5):
+    """As _check, against onnx's own evaluator (onnxruntime may lack the newest opsets)."""
+    compiled = cuvil_mlir.compile(model)
+    got = compiled(*inputs)
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    ref = OnnxReference(model, runtime="onnx.reference")(*inputs)
+    for g, r in zip(got, ref):
+        r = r.numpy()
+        np.testing.assert_allclose(np.asarray(g), r, rtol=rtol, atol=rtol * max(1.0, float(np.abs(r).max())))
+    return compiled
+
+
+def test_function_op_torch_mlir_lacks_is_expanded_into_its_body():
+    """RMSNormalization (opset 23) has no torch-mlir lowering; ONNX defines it as a function:
+    expanded, its axes (computed by Range over the input's rank) folded, it compiles and
+    matches. The plain baseline (torch-mlir alone) still names the op."""
+    from cuvil_mlir.compiler.pipeline import Options, compile_plain_iree
+
+    model = _model([helper.make_node("RMSNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-5)],
+                   [("x", [2, 3, 8])], [("y", [2, 3, 8])], {"w": _rand(8)}, opset=23)
+    _check_with_onnx_reference(model, _rand(2, 3, 8))
+    with pytest.raises(UnsupportedOnnxOp, match="RMSNormalization"):
+        compile_plain_iree(model, (), Options(target="cpu"))
+
+
+def test_context_dependent_function_with_an_absent_optional_input():
+    """Attention (opset 23) is a context-dependent function; an absent optional input (the
+    mask here, before past key/value) gets an empty type when its body is instantiated."""
+    b, h, q, kv, d = 1, 2, 3, 4, 8
+    model = _model([helper.make_node("Attention", ["q", "k", "v", ""], ["y"], is_causal=1)],
+                   [("q", [b, h, q, d]), ("k", [b, h, kv, d]), ("v", [b, h, kv, d])], [("y", [b, h, q, d])], opset=23)
+    _check_with_onnx_reference(model, _rand(b, h, q, d), _rand(b, h, kv, d), _rand(b, h, kv, d))
+
+
+def test_loss_iree_cannot_compile_is_expanded_where_iree_failed():
+    """NegativeLogLikelihoodLoss: torch-mlir lowers it to an op IREE cannot legalize; the
+    model is imported again with the node IREE named expanded into its function body."""
+    model = _model([helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], reduction="mean")],
+                   [("x", [3, 5]), ("t", [3], TensorProto.INT64)], [("y", [])], opset=22)
+    _check_with_onnx_reference(model, _rand(3, 5), np.array([0, 4, 2], np.int64))
+
+
+def test_reduction_with_runtime_axes_takes_the_axes_its_shapes_imply():
+    """ReduceSum whose axes are an input (IREE cannot compile a runtime axes list): the
+    static shapes [3, 4, 5] -> [3, 1, 5] say axis 1."""
+    model = _model([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)],
+                   [("x", [3, 4, 5]), ("axes", [1], TensorProto.INT64)], [("y", [3, 1, 5])], opset=18)
+    x = _rand(3, 4, 5)
+    got = cuvil_mlir.compile(model)(x, np.array([1], np.int64))
+    np.testing.assert_allclose(np.asarray(got), x.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("source, result, keepdims, axes", [
+    ((3, 4, 5), (3, 1, 5), True, [1]),
+    ((3, 1, 5), (1, 1, 1), True, [0, 1, 2]),
+    ((3, 4), (3, 4), True, None),            # a no-op or a reduction over nothing: undecided
+    ((3, 4, 5), (3, 5), False, [1]),
+    ((3, 2, 2), (3, 2), False, None),        # dim 1 or dim 2: different values
+    ((3, 1, 5), (3, 5), False, [1]),
+    ((2, 1, 1), (2, 1), False, [1]),         # either size-1 dim: the same values
+    ((3, 4), (6,), False, None),
+])
+def test_implied_reduction_axes(source, result, keepdims, axes):
+    from cuvil_mlir.compiler.importers.onnx_rewrites import _implied_axes
+
+    assert _implied_axes(source, result, keepdims) == axes
+
+
+def test_fold_constants_replaces_an_if_with_a_known_condition_by_its_branch():
+    from cuvil_mlir.compiler.importers.onnx_rewrites import fold_constants
+
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [_value("t", [2])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [_value("e", [2])])
+    nodes = [helper.make_node("Size", ["x"], ["n"]),
+             helper.make_node("Equal", ["n", "two"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    model = _model(nodes, [("x", [2])], [("y", [2])], {"two": np.array(2, np.int64)})
+    folded = fold_constants(onnx.shape_inference.infer_shapes(model))
+    assert [n.op_type for n in folded.graph.node] == ["Constant", "Constant", "Relu", "Identity"]
+    x = np.array([-1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(np.asarray(cuvil_mlir.compile(model)(x)), [0.0, 2.0])
+
+
+# ---------------------------------------------------------------------------------------
 # The CLI
 
 

@@ -18,6 +18,10 @@ folder or from ``data_dir``) or an ``onnx.ModelProto``. The steps:
    backend-legal (as the FX importer keeps them), giving the same value-semantics torch IR
    the FX path gives.
 
+Where step 3 fails, or IREE fails on the result, the model is rewritten at the ONNX level
+(onnx_rewrites.py: function expansion, constant folding, static reduction axes) and imported
+again; a model that imports and compiles is never rewritten.
+
 ``dim_param`` dims become dynamic (``?``) dims of the function's signature; the names are
 kept (``symbolic_dims``) so errors can name them.
 """
@@ -33,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from cuvil_mlir.core.diagnostics import ImportError_, require_file
+from cuvil_mlir.compiler.importers import onnx_rewrites as rewrites
 from cuvil_mlir.core.ir import elements_attr, ir, passmanager
 
 # aten ops kept whole through the ONNX lowering (raise patterns and IREE's torch input know
@@ -54,6 +59,10 @@ class UnsupportedOnnxOp(ImportError_):
     def __init__(self, message: str, *, ops: list[tuple[str, str]]):
         super().__init__(message)
         self.ops = ops  # (op type, node name) of every op left
+
+
+class RewriteNotPossible(ImportError_):
+    """No ONNX-level rewrite applies to what IREE failed on (``import_model(failed=...)``)."""
 
 
 class SymbolicDimError(ImportError_):
@@ -205,14 +214,71 @@ def _symbolic_dims(proto) -> dict[str, list[str]]:
 
 
 def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS,
-                 data_dir: str | os.PathLike | None = None) -> ir.Module:
+                 data_dir: str | os.PathLike | None = None, rewrites_allowed: bool = True,
+                 failed: tuple[str, ...] = ()) -> ir.Module:
     """ONNX model -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
 
-    ``kept_ops=()`` is torch-mlir's own lowering (nothing kept whole: the plain-IREE baseline)."""
+    Where torch-mlir's lowering fails, the model is rewritten at the ONNX level and imported
+    again (onnx_rewrites.py): an op ONNX defines as a function (Attention, RMSNormalization,
+    ...) is expanded into its body; then constants are folded and reductions given the axes
+    their static shapes imply. ``failed``, the errors of the modules IREE could not compile
+    (of this model, then of each rewrite), asks for all of that from the start, expanding
+    the function ops among the nodes they name (``RewriteNotPossible`` when nothing would
+    change). ``kept_ops=()`` and ``rewrites_allowed=False`` is torch-mlir's own import (the
+    plain-IREE baseline)."""
     loaded = load_model(model, data_dir=data_dir)
-    module = import_onnx_dialect(loaded, ctx, func_name=func_name)
-    lower_to_torch(module, loaded, kept_ops=kept_ops)
-    return module
+    done, folded = set(), False
+    for message in failed:
+        loaded, expanded = _rewritten_for(loaded, message)
+        done |= expanded
+        folded = True
+    while True:
+        module = import_onnx_dialect(loaded, ctx, func_name=func_name)
+        try:
+            lower_to_torch(module, loaded, kept_ops=kept_ops)
+            return module
+        except UnsupportedOnnxOp as e:
+            if not rewrites_allowed:
+                raise
+            wanted = {op for op, _ in e.ops if rewrites.has_function_body(loaded.proto, op)} - done
+            if wanted:
+                loaded = _rewritten(loaded, rewrites.expand_function_ops(loaded.proto, wanted))
+                done |= wanted
+                continue
+            # a lowering that needs constant operands (axes, sizes, If conditions) computed by nodes
+            changed = None
+            if not folded:
+                changed = rewrites.fold_constants(loaded.proto)
+                changed = rewrites.static_reduction_axes(changed or loaded.proto) or changed
+                folded = True
+            if changed is None:
+                raise
+            loaded = _rewritten(loaded, changed)
+
+
+def _rewritten_for(loaded: OnnxModel, failed: str) -> tuple[OnnxModel, set[str]]:
+    """``loaded`` rewritten where IREE failed on its module: reductions given static axes
+    (before an expansion turns them into reductions of unknown shape), the function ops
+    among the nodes the error names expanded, constants folded, static axes again."""
+    _name_nodes(loaded.proto)
+    named = set(re.findall(r'loc\("([^"]+)"', failed))
+    ops = {n.op_type for n in loaded.proto.graph.node
+           if n.name in named and rewrites.has_function_body(loaded.proto, n.op_type)}
+    changed = rewrites.static_reduction_axes(loaded.proto)
+    if ops:
+        changed = rewrites.expand_function_ops(changed or loaded.proto, ops)
+        changed = _rewritten(loaded, changed).proto  # shapes of the expansion, for folding and axes
+    changed = rewrites.fold_constants(changed or loaded.proto) or changed
+    changed = rewrites.static_reduction_axes(changed or loaded.proto) or changed
+    if changed is None:
+        raise RewriteNotPossible(f"no ONNX-level rewrite applies to the nodes IREE failed on: {_short(failed, 200)}")
+    return _rewritten(loaded, changed), ops
+
+
+def _rewritten(loaded: OnnxModel, proto) -> OnnxModel:
+    """``loaded`` with a rewritten proto, checked and shape-inferred again."""
+    big = proto.ByteSize() > _PROTOBUF_LIMIT
+    return OnnxModel(_checked_and_inferred(_onnx(), proto, loaded.path, big=big), loaded.path, loaded.symbolic_dims)
 
 
 def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = "main") -> ir.Module:
@@ -222,9 +288,7 @@ def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = 
     proto = loaded.proto
     saved_name = proto.graph.name
     proto.graph.name = func_name  # the importer names the function after the graph
-    for i, node in enumerate(proto.graph.node):  # errors and locations name nodes
-        if not node.name:
-            node.name = f"{node.op_type}_{i}"
+    _name_nodes(proto)
     try:
         info = onnx_importer.ModelInfo(proto)
         module = info.create_module(context=ctx)
@@ -241,6 +305,13 @@ def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = 
         proto.graph.name = saved_name
     _name_locations(module, proto)
     return module
+
+
+def _name_nodes(proto) -> None:
+    """Errors and locations name nodes: a nameless node is called ``<op type>_<index>``."""
+    for i, node in enumerate(proto.graph.node):
+        if not node.name:
+            node.name = f"{node.op_type}_{i}"
 
 
 def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS) -> None:
