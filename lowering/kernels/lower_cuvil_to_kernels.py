@@ -35,8 +35,10 @@ op's own ``[B, H, T, D]`` layout)::
 
 Its contract: static shapes; rank 4 ``[B, H, T, D]``; q, k, v and the result of one dtype, f16
 or bf16; head dim 64 or 128 (q, k and v alike); k/v heads dividing q heads (grouped-query
-attention), batch alike; no explicit mask (causal or none); Tq and Tkv any (causal is torch's
-top-left diagonal, as cuvil.attention means). Anything else is ``kept attention: <why>``.
+attention), batch alike; Tq and Tkv any (causal is torch's top-left diagonal, as
+cuvil.attention means); no mask, or one that folds to a constant keeping every key or exactly
+the causal triangle (HF's masking utils without padding: the call drops it and is causal).
+Anything else is ``kept attention: <why>``.
 Test: tests/lowering/lower-cuvil-to-kernels.mlir.
 """
 
@@ -46,12 +48,14 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from cuvil_mlir.core.diagnostics import module_path
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.passes import FunctionPass
 from cuvil_mlir.core.patterns import Firings, build, defining_op, has_one_use, info, torch_int_list, vtensor_type
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.lowering.common import CASTS, convert
+from cuvil_mlir.lowering.common import CASTS, convert, fold
 
 NAME = "lower-cuvil-to-kernels"
 KERNEL_ATTR = "cuvil.kernel"  # on the private function: which op it computes ("linear", "attention")
@@ -88,10 +92,37 @@ def why_not(op, half: str | None = None) -> str | None:
 ATTENTION_HEAD_DIMS = (64, 128)  # what the attention kernel is built for (targets/cuda_attention_kernels.py)
 
 
+def constant_mask(op) -> str | None:
+    """What a mask that folds to a constant means: "none" (it keeps every key), "causal" (torch's
+    top-left lower triangle, broadcast over batch and heads: HF's masking utils for a sequence
+    without padding), else None (a real mask; or too large to fold, see common.fold). Additive
+    masks count as keep-where-0 when every other value is -inf or about the dtype's lowest
+    (exact here: a triangle keeps a key in every row)."""
+    arr = fold(op.mask)
+    if arr is None:
+        return None
+    q, k = info(op.q), info(op.k)
+    if arr.dtype != np.bool_:
+        keep = arr == 0
+        if not np.all(keep | (arr <= -6.0e4)):
+            return None
+    else:
+        keep = arr
+    try:
+        keep = np.broadcast_to(keep, (*q.shape[:-1], k.shape[-2]))
+    except ValueError:
+        return None
+    if keep.all():
+        return "none"
+    if (keep == np.tril(np.ones(keep.shape[-2:], dtype=bool))).all():
+        return "causal"
+    return None
+
+
 def why_not_attention(op) -> str | None:
     """None when the attention kernel for sm_90 covers this cuvil.attention, else why not."""
     q, k, v, y = info(op.q), info(op.k), info(op.v), info(op.result)
-    if op.mask is not None:
+    if op.mask is not None and (any(d < 0 for d in info(op.mask).shape) or constant_mask(op) is None):
         return "explicit mask"
     if any(d < 0 for t in (q, k, v, y) for d in t.shape):
         return "dynamic shape"
@@ -112,8 +143,9 @@ def why_not_attention(op) -> str | None:
 
 def attention_spec_of(op) -> dict:
     q, k = info(op.q), info(op.k)
+    causal = ir.BoolAttr(op.attributes["is_causal"]).value or (op.mask is not None and constant_mask(op) == "causal")
     return {"op": "attention", "batch": q.shape[0], "heads": q.shape[1], "kv_heads": k.shape[1], "tq": q.shape[2],
-            "tkv": k.shape[2], "d": q.shape[3], "dtype": q.dtype, "causal": ir.BoolAttr(op.attributes["is_causal"]).value,
+            "tkv": k.shape[2], "d": q.shape[3], "dtype": q.dtype, "causal": causal,
             # a string: exact (repr round-trips) and readable by the hand-off's attribute reader
             "scale": repr(ir.FloatAttr(op.attributes["scale"]).value)}
 
