@@ -354,7 +354,7 @@ def spec_from_record(spec: dict) -> AttentionSpec:
 
 
 def materialize(symbol: str, spec: dict) -> tuple[str | None, dict]:
-    """For targets/iree.py (through cuda_kernels.materialize): the kernel function's new body for
+    """For targets/iree.py (through targets/cuda.py materialize_kernel): the kernel function's new body for
     an attention, or None to keep IREE's codegen, and the metadata record saying which."""
     record = {"function": symbol, **spec}
     reason = ck.available()

@@ -471,10 +471,6 @@ def materialize(symbol: str, spec: dict) -> tuple[str | None, dict]:
     lower-cuvil-to-kernels declared for ``spec`` (its cuvil.kernel_spec), as MLIR text of the
     whole function, or None to keep its body (IREE's codegen), and a record for the package
     metadata saying which kernel (or why none)."""
-    if spec.get("op") == "attention":  # cuvil.attention (lower-cuvil-to-kernels marks its specs with "op")
-        from . import cuda_attention_kernels
-
-        return cuda_attention_kernels.materialize(symbol, spec)
     record = {"function": symbol, **spec}
     reason = available()
     if reason:
