@@ -52,6 +52,14 @@ def _with_kernels(stages):
 
 
 KERNEL_STAGES = _with_kernels(DEFAULT_STAGES)
+
+
+def materialize_kernel(symbol: str, spec: dict):
+    """The sm_90 kernels at the hand-off (targets/iree.py): cuvil.attention's (its spec says
+    ``op = "attention"``, targets/cuda_attention_kernels.py) or cuvil.linear's (cuda_kernels.py)."""
+    from . import cuda_attention_kernels, cuda_kernels
+
+    return (cuda_attention_kernels if spec.get("op") == "attention" else cuda_kernels).materialize(symbol, spec)
 NEWEST_KNOWN_ARCH = "sm_89"  # what ptx-jit compiles Hopper for
 
 # Hopper (compute capability 9.0) as IREE's #iree_gpu.target, written after IREE's own sm_89
@@ -134,11 +142,7 @@ class CudaTarget(GpuTarget):
 
     def kernel_builder(self):
         """What fills the kernel functions at the hand-off to IREE (targets/iree.py), or None."""
-        if not self.uses_kernels:
-            return None
-        from . import cuda_kernels
-
-        return cuda_kernels.materialize
+        return materialize_kernel if self.uses_kernels else None
 
     def iree_flags(self) -> list[str]:
         # IREE's default is O0; the target's opt level (O3 unless asked) is what makes it fast.

@@ -1,4 +1,5 @@
-"""Pass ``lower-cuvil-to-kernels``: hand ``cuvil.linear`` ops to a target's own kernels.
+"""Pass ``lower-cuvil-to-kernels``: hand ``cuvil.linear`` and ``cuvil.attention`` ops to a
+target's own kernels.
 
 Each ``cuvil.linear`` the kernel contract covers becomes a call of a private function, one
 per distinct linear (shape, dtype, epilogue), that says which computation it is::
@@ -25,6 +26,19 @@ The contract (what a kernel for sm_90 handles; anything else stays with IREE and
 ``kept: <why>``): static shapes; input and weight (and bias) f16 or bf16 of one dtype; K and
 the out features multiples of 8 (TMA needs 16-byte row strides); any activation of
 cuvil.linear, gated ones included; leading input dims of any rank, flattened into M.
+
+``cuvil.attention`` ops the attention kernel covers become calls the same way, one private
+function per (shape, dtype, causal, scale) whose body is the op (no views: the kernel takes the
+op's own ``[B, H, T, D]`` layout)::
+
+    %o = func.call @cuvil_kernel_attention_1x32x8x512x512x64_f16_causal_s0p125(%q, %k, %v)
+
+Its contract: static shapes; rank 4 ``[B, H, T, D]``; q, k, v and the result of one dtype, f16
+or bf16; head dim 64 or 128 (q, k and v alike); k/v heads dividing q heads (grouped-query
+attention), batch alike; Tq and Tkv any (causal is torch's top-left diagonal, as
+cuvil.attention means); no mask, or one that folds to a constant keeping every key or exactly
+the causal triangle (HF's masking utils without padding: the call drops it and is causal).
+Anything else is ``kept attention: <why>``.
 Test: tests/lowering/lower-cuvil-to-kernels.mlir.
 """
 
@@ -34,15 +48,17 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from cuvil_mlir.core.diagnostics import module_path
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.passes import FunctionPass
 from cuvil_mlir.core.patterns import Firings, build, defining_op, has_one_use, info, torch_int_list, vtensor_type
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.lowering.common import CASTS, convert
+from cuvil_mlir.lowering.common import CASTS, convert, fold
 
 NAME = "lower-cuvil-to-kernels"
-KERNEL_ATTR = "cuvil.kernel"  # on the private function: which op it computes ("linear")
+KERNEL_ATTR = "cuvil.kernel"  # on the private function: which op it computes ("linear", "attention")
 SPEC_ATTR = "cuvil.kernel_spec"  # its shape, dtype and epilogue
 SITES_ATTR = "cuvil.kernel_sites"  # the nn.Module paths of the ops it computes (for the metadata)
 KERNEL_DTYPES = ("f16", "bf16")
@@ -71,6 +87,95 @@ def why_not(op, half: str | None = None) -> str | None:
     if math.prod(x.shape[:-1]) == 0 or k == 0:
         return "empty tensor"
     return None
+
+
+ATTENTION_HEAD_DIMS = (64, 128)  # what the attention kernel is built for (targets/cuda_attention_kernels.py)
+
+
+def constant_mask(op) -> str | None:
+    """What a mask that folds to a constant means: "none" (it keeps every key), "causal" (torch's
+    top-left lower triangle, broadcast over batch and heads: HF's masking utils for a sequence
+    without padding), else None (a real mask; or too large to fold, see common.fold). Additive
+    masks count as keep-where-0 when every other value is -inf or about the dtype's lowest
+    (exact here: a triangle keeps a key in every row)."""
+    arr = fold(op.mask)
+    if arr is None:
+        return None
+    q, k = info(op.q), info(op.k)
+    if arr.dtype != np.bool_:
+        keep = arr == 0
+        if not np.all(keep | (arr <= -6.0e4)):
+            return None
+    else:
+        keep = arr
+    try:
+        keep = np.broadcast_to(keep, (*q.shape[:-1], k.shape[-2]))
+    except ValueError:
+        return None
+    if keep.all():
+        return "none"
+    if (keep == np.tril(np.ones(keep.shape[-2:], dtype=bool))).all():
+        return "causal"
+    return None
+
+
+def why_not_attention(op) -> str | None:
+    """None when the attention kernel for sm_90 covers this cuvil.attention, else why not."""
+    q, k, v, y = info(op.q), info(op.k), info(op.v), info(op.result)
+    if op.mask is not None and (any(d < 0 for d in info(op.mask).shape) or constant_mask(op) is None):
+        return "explicit mask"
+    if any(d < 0 for t in (q, k, v, y) for d in t.shape):
+        return "dynamic shape"
+    if q.rank != 4:
+        return f"rank {q.rank} (the kernel takes [B, H, T, D])"
+    if q.dtype not in KERNEL_DTYPES:
+        return f"dtype {q.dtype}"
+    if y.dtype != q.dtype:
+        return f"result dtype {y.dtype} differs from {q.dtype}"
+    if q.shape[-1] not in ATTENTION_HEAD_DIMS or v.shape[-1] != q.shape[-1]:
+        return f"head dims q {q.shape[-1]}, v {v.shape[-1]} (the kernel takes {' or '.join(map(str, ATTENTION_HEAD_DIMS))})"
+    if 0 in q.shape or 0 in k.shape:
+        return "empty tensor"
+    if k.shape[0] != q.shape[0] or v.shape[:2] != k.shape[:2] or q.shape[1] % k.shape[1]:
+        return f"q {q.shape[:2]} and k/v {k.shape[:2]}, {v.shape[:2]} batch and heads do not match (kv heads must divide q heads)"
+    return None
+
+
+def attention_spec_of(op) -> dict:
+    q, k = info(op.q), info(op.k)
+    causal = ir.BoolAttr(op.attributes["is_causal"]).value or (op.mask is not None and constant_mask(op) == "causal")
+    return {"op": "attention", "batch": q.shape[0], "heads": q.shape[1], "kv_heads": k.shape[1], "tq": q.shape[2],
+            "tkv": k.shape[2], "d": q.shape[3], "dtype": q.dtype, "causal": causal,
+            # a string: exact (repr round-trips) and readable by the hand-off's attribute reader
+            "scale": repr(ir.FloatAttr(op.attributes["scale"]).value)}
+
+
+def attention_symbol_of(spec: dict) -> str:
+    shape = "x".join(str(spec[n]) for n in ("batch", "heads", "kv_heads", "tq", "tkv", "d"))
+    scale = spec["scale"].replace(".", "p").replace("-", "m").replace("+", "")
+    return f"cuvil_kernel_attention_{shape}_{spec['dtype']}{'_causal' if spec['causal'] else ''}_s{scale}"
+
+
+def _declare_attention(module: ir.Module, op, spec: dict, symbol: str):
+    """The private function computing one attention: its body is the op itself."""
+    i64 = ir.IntegerType.get_signless(64)
+    attr = {n: ir.IntegerAttr.get(i64, spec[n]) for n in ("batch", "heads", "kv_heads", "tq", "tkv", "d")}
+    attr.update({n: ir.StringAttr.get(spec[n]) for n in ("op", "dtype", "scale")})
+    attr["causal"] = ir.BoolAttr.get(spec["causal"])
+    inputs = [op.q.type, op.k.type, op.v.type]
+    with ir.InsertionPoint(module.body), op.location:
+        func = ir.Operation.create(
+            "func.func", regions=1,
+            attributes={"sym_name": ir.StringAttr.get(symbol), "sym_visibility": ir.StringAttr.get("private"),
+                        "function_type": ir.TypeAttr.get(ir.FunctionType.get(inputs, [op.result.type])),
+                        KERNEL_ATTR: ir.StringAttr.get("attention"), SPEC_ATTR: ir.DictAttr.get(attr)})
+        block = func.regions[0].blocks.append(*inputs)
+        with ir.InsertionPoint(block):
+            q, k, v = block.arguments
+            out = cuvil.attention(op.result.type, q, k, v, scale=ir.FloatAttr(op.attributes["scale"]).value,
+                                  is_causal=spec["causal"])
+            ir.Operation.create("func.return", operands=[out])
+    return func
 
 
 def _cast_source(value):
@@ -179,7 +284,7 @@ def run(module: ir.Module, options: LowerCuvilToKernelsOptions) -> Firings:
 
 def _run(module: ir.Module) -> Firings:
     fired = Firings()
-    linears = []
+    linears, attentions = [], []
     for func in module.body.operations:
         if func.operation.name != "func.func" or _is_kernel_function(func):
             continue
@@ -187,6 +292,8 @@ def _run(module: ir.Module) -> Firings:
         def visit(op):
             if op.name == "cuvil.linear":
                 linears.append(op.opview)
+            elif op.name == "cuvil.attention":
+                attentions.append(op.opview)
             return ir.WalkResult.ADVANCE
 
         func.operation.walk(visit)
@@ -226,6 +333,23 @@ def _run(module: ir.Module) -> Firings:
             op.result.replace_all_uses_with(out)
         op.operation.erase()
         fired.record("linear" if wide is None else "linear (widened 16-bit)", loc)
+    for op in attentions:
+        reason = why_not_attention(op)
+        if reason is not None:
+            fired.record(f"kept attention: {reason}", op.location)
+            continue
+        spec = attention_spec_of(op)
+        symbol = attention_symbol_of(spec)
+        if symbol not in functions:
+            functions[symbol] = _declare_attention(module, op, spec, symbol)
+        sites.setdefault(symbol, []).append(module_path(op.location))
+        with ir.InsertionPoint(op.operation), op.location:
+            call = ir.Operation.create("func.call", results=[op.result.type], operands=[op.q, op.k, op.v],
+                                       attributes={"callee": ir.FlatSymbolRefAttr.get(symbol)})
+        op.result.replace_all_uses_with(call.result)
+        loc = op.location
+        op.operation.erase()
+        fired.record("attention", loc)
     for symbol, paths in sites.items():
         func = functions[symbol]
         old = [ir.StringAttr(a).value for a in ir.ArrayAttr(func.attributes[SITES_ATTR])] if SITES_ATTR in func.attributes else []
@@ -233,4 +357,5 @@ def _run(module: ir.Module) -> Firings:
     return fired
 
 
-PASS = FunctionPass(NAME, run, "cuvil.linear -> calls of per-shape kernel functions a target fills", LowerCuvilToKernelsOptions())
+PASS = FunctionPass(NAME, run, "cuvil.linear and cuvil.attention -> calls of per-shape kernel functions a target fills",
+                    LowerCuvilToKernelsOptions())

@@ -122,3 +122,53 @@ func.func @kept(%x32: !torch.vtensor<[8,64],f32>, %w32: !torch.vtensor<[64,64],f
   %4 = "cuvil.linear"(%x, %w, %b32) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[8,64],f16>, !torch.vtensor<[64,64],f16>, !torch.vtensor<[64],f32>) -> !torch.vtensor<[8,64],f16>
   return %0, %1, %2, %3, %4 : !torch.vtensor<[8,64],f32>, !torch.vtensor<[8,64],f16>, !torch.vtensor<[8,13],f16>, !torch.vtensor<[?,64],f16>, !torch.vtensor<[8,64],f16>
 }
+
+// -----
+
+// Attention: causal MHA and a grouped-query decode step (1 query, 8 kv heads for 32 q heads)
+// become calls on the op's own [B, H, T, D] operands (no views); one function per shape,
+// dtype, causal and scale, whose body is the op; the spec says "attention" and carries the
+// scale exactly (as a string).
+// CHECK-LABEL: func.func @attention
+// CHECK:         %[[O:[0-9]+]] = call @cuvil_kernel_attention_2x12x12x100x100x64_f16_causal_s0p125(%arg0, %arg0, %arg0) : (!torch.vtensor<[2,12,100,64],f16>, !torch.vtensor<[2,12,100,64],f16>, !torch.vtensor<[2,12,100,64],f16>) -> !torch.vtensor<[2,12,100,64],f16>
+// CHECK:         %[[D:[0-9]+]] = call @cuvil_kernel_attention_1x32x8x1x2047x128_bf16_s0p08838834764831845(%arg1, %arg2, %arg2)
+// CHECK:         call @cuvil_kernel_attention_2x12x12x100x100x64_f16_causal_s0p125(%[[O]], %arg0, %arg0)
+// CHECK-NOT:     "cuvil.attention"
+// CHECK:       func.func private @cuvil_kernel_attention_2x12x12x100x100x64_f16_causal_s0p125(%{{.+}}: !torch.vtensor<[2,12,100,64],f16>, %{{.+}}: !torch.vtensor<[2,12,100,64],f16>, %{{.+}}: !torch.vtensor<[2,12,100,64],f16>) -> !torch.vtensor<[2,12,100,64],f16>
+// CHECK-SAME:    cuvil.kernel = "attention"
+// CHECK-SAME:    cuvil.kernel_sites = ["", ""]
+// CHECK-SAME:    cuvil.kernel_spec = {batch = 2 : i64, causal = true, d = 64 : i64, dtype = "f16", heads = 12 : i64, kv_heads = 12 : i64, op = "attention", scale = "0.125", tkv = 100 : i64, tq = 100 : i64}
+// CHECK:         "cuvil.attention"(%arg0, %arg1, %arg2) {is_causal = true
+// CHECK:       func.func private @cuvil_kernel_attention_1x32x8x1x2047x128_bf16_s0p08838834764831845
+// CHECK-SAME:    cuvil.kernel_spec = {batch = 1 : i64, causal = false, d = 128 : i64, dtype = "bf16", heads = 32 : i64, kv_heads = 8 : i64, op = "attention", scale = "0.08838834764831845", tkv = 2047 : i64, tq = 1 : i64}
+// LOWERED-LABEL: func.func @attention
+// LOWERED:       func.func private @cuvil_kernel_attention_2x12x12x100x100x64_f16_causal_s0p125
+// LOWERED:         torch.aten.scaled_dot_product_attention
+// LOWERED-NOT:   cuvil.attention
+func.func @attention(%x: !torch.vtensor<[2,12,100,64],f16>, %q: !torch.vtensor<[1,32,1,128],bf16>, %kv: !torch.vtensor<[1,8,2047,128],bf16>) -> (!torch.vtensor<[2,12,100,64],f16>, !torch.vtensor<[1,32,1,128],bf16>) {
+  %0 = "cuvil.attention"(%x, %x, %x) {is_causal = true, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (!torch.vtensor<[2,12,100,64],f16>, !torch.vtensor<[2,12,100,64],f16>, !torch.vtensor<[2,12,100,64],f16>) -> !torch.vtensor<[2,12,100,64],f16>
+  %1 = "cuvil.attention"(%q, %kv, %kv) {is_causal = false, scale = 0.08838834764831845 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (!torch.vtensor<[1,32,1,128],bf16>, !torch.vtensor<[1,8,2047,128],bf16>, !torch.vtensor<[1,8,2047,128],bf16>) -> !torch.vtensor<[1,32,1,128],bf16>
+  %2 = "cuvil.attention"(%0, %x, %x) {is_causal = true, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (!torch.vtensor<[2,12,100,64],f16>, !torch.vtensor<[2,12,100,64],f16>, !torch.vtensor<[2,12,100,64],f16>) -> !torch.vtensor<[2,12,100,64],f16>
+  return %2, %1 : !torch.vtensor<[2,12,100,64],f16>, !torch.vtensor<[1,32,1,128],bf16>
+}
+
+// -----
+
+// Attention outside the kernel's contract stays for lower-cuvil-to-torch: an explicit mask,
+// dynamic shapes, head dim 80, f32, rank 3, kv heads not dividing q heads.
+// CHECK-LABEL: func.func @attention_kept
+// CHECK-NOT:     call
+// CHECK-COUNT-6: "cuvil.attention"
+// CHECK-NOT:     call
+// CHECK-NOT:   func.func private
+func.func @attention_kept(%x: !torch.vtensor<[1,4,16,64],f16>, %m: !torch.vtensor<[1,1,16,16],i1>, %xd: !torch.vtensor<[1,4,?,64],f16>, %x80: !torch.vtensor<[1,4,16,80],f16>,
+                          %x32: !torch.vtensor<[1,4,16,64],f32>, %x3: !torch.vtensor<[4,16,64],f16>, %k3: !torch.vtensor<[1,3,16,64],f16>)
+    -> (!torch.vtensor<[1,4,16,64],f16>, !torch.vtensor<[1,4,?,64],f16>, !torch.vtensor<[1,4,16,80],f16>, !torch.vtensor<[1,4,16,64],f32>, !torch.vtensor<[4,16,64],f16>, !torch.vtensor<[1,4,16,64],f16>) {
+  %0 = "cuvil.attention"(%x, %x, %x, %m) {is_causal = false, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1>} : (!torch.vtensor<[1,4,16,64],f16>, !torch.vtensor<[1,4,16,64],f16>, !torch.vtensor<[1,4,16,64],f16>, !torch.vtensor<[1,1,16,16],i1>) -> !torch.vtensor<[1,4,16,64],f16>
+  %1 = "cuvil.attention"(%xd, %xd, %xd) {is_causal = true, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (!torch.vtensor<[1,4,?,64],f16>, !torch.vtensor<[1,4,?,64],f16>, !torch.vtensor<[1,4,?,64],f16>) -> !torch.vtensor<[1,4,?,64],f16>
+  %2 = "cuvil.attention"(%x80, %x80, %x80) {is_causal = true, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (!torch.vtensor<[1,4,16,80],f16>, !torch.vtensor<[1,4,16,80],f16>, !torch.vtensor<[1,4,16,80],f16>) -> !torch.vtensor<[1,4,16,80],f16>
+  %3 = "cuvil.attention"(%x32, %x32, %x32) {is_causal = true, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (!torch.vtensor<[1,4,16,64],f32>, !torch.vtensor<[1,4,16,64],f32>, !torch.vtensor<[1,4,16,64],f32>) -> !torch.vtensor<[1,4,16,64],f32>
+  %4 = "cuvil.attention"(%x3, %x3, %x3) {is_causal = true, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (!torch.vtensor<[4,16,64],f16>, !torch.vtensor<[4,16,64],f16>, !torch.vtensor<[4,16,64],f16>) -> !torch.vtensor<[4,16,64],f16>
+  %5 = "cuvil.attention"(%x, %k3, %k3) {is_causal = true, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (!torch.vtensor<[1,4,16,64],f16>, !torch.vtensor<[1,3,16,64],f16>, !torch.vtensor<[1,3,16,64],f16>) -> !torch.vtensor<[1,4,16,64],f16>
+  return %0, %1, %2, %3, %4, %5 : !torch.vtensor<[1,4,16,64],f16>, !torch.vtensor<[1,4,?,64],f16>, !torch.vtensor<[1,4,16,80],f16>, !torch.vtensor<[1,4,16,64],f32>, !torch.vtensor<[4,16,64],f16>, !torch.vtensor<[1,4,16,64],f16>
+}

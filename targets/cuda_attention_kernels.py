@@ -1,0 +1,371 @@
+"""The Hopper (sm_90a) attention kernel for ``cuvil.attention``: a flash-attention forward pass
+written in Triton, compiled ahead of time on the CPU machine like the linear kernels
+(targets/cuda_kernels.py: same toolchain, cache, PTX version and IREE ABI), embedded in the
+IREE module as one ``hal.dispatch.extern``.
+
+What it computes, for q ``[B, Hq, Tq, D]``, k and v ``[B, Hkv, Tkv, D]`` (contiguous, Hkv
+dividing Hq: grouped-query attention reads kv head ``h // (Hq / Hkv)`` for q head ``h``), o
+``[B, Hq, Tq, D]``::
+
+    o = softmax(q · kᵀ · scale [+ causal mask]) · v
+
+with torch's causal convention (``scaled_dot_product_attention(is_causal=True)``, which is what
+``cuvil.attention`` means): key ``j`` is visible to query ``i`` when ``j <= i``, aligned at the
+top left also when Tq != Tkv. Online softmax in base 2 with fp32 statistics and an fp32
+accumulator, ``tl.dot`` for both products (wgmma on sm_90a), q/k/v loaded through device-side
+TMA descriptors (``kind = "tma"``: 3-D ``[B·H, T, D]`` boxes, so a block past the end of one
+head reads zeros, not the next head) or pointer loads (``"pointers"``). Only the blocks a row
+can see are visited (causal programs stop at the diagonal, and the heaviest diagonal blocks
+are launched first); masking is applied only in the blocks that need it (the diagonal and the
+ragged last key block). Grid: ``(ceil(Tq / BM), B·Hq)``.
+
+Every size is a constexpr (one kernel per shape, as for linear). The entry takes q, k, v, o
+and Triton's two hidden pointers (global scratch, where the TMA descriptors are written, and
+profile scratch), all bindings of the extern dispatch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cuvil_mlir.core.diagnostics import CompileError
+
+from . import cuda_kernels as ck
+
+HEAD_DIMS = (64, 128)
+CONFIGS_PATH = Path(__file__).with_name("cuda_attention_configs.json")
+CONFIGS_ENV = "CUVIL_ATTENTION_CONFIGS"  # another config table (a JSON file like CONFIGS_PATH), for tuning
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """One cuvil.attention as the kernel sees it."""
+
+    batch: int
+    heads: int  # q heads
+    kv_heads: int  # k/v heads (divides heads)
+    tq: int
+    tkv: int
+    d: int
+    dtype: str  # f16 | bf16
+    causal: bool
+    scale: float
+
+    def check(self) -> None:
+        """Raise CompileError when the kernel does not cover this attention."""
+        if self.dtype not in ck.DTYPES:
+            raise CompileError(f"attention kernel: dtype {self.dtype} is not one of {', '.join(ck.DTYPES)}")
+        if self.d not in HEAD_DIMS:
+            raise CompileError(f"attention kernel: head dim {self.d} is not one of {HEAD_DIMS}")
+        if self.kv_heads <= 0 or self.heads % self.kv_heads:
+            raise CompileError(f"attention kernel: {self.kv_heads} kv heads do not divide {self.heads} q heads")
+        if min(self.batch, self.tq, self.tkv) <= 0:
+            raise CompileError(f"attention kernel: empty tensor ({self})")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    bm: int  # query rows per program
+    bn: int  # keys per step
+    warps: int
+    stages: int
+    kind: str = "tma"  # "tma" (device-side tensor descriptors) | "pointers" (cp.async loads)
+
+    @property
+    def key(self) -> str:
+        return f"{self.bm}x{self.bn}w{self.warps}s{self.stages}{'' if self.kind == 'tma' else 'ptr'}"
+
+
+@dataclass(frozen=True)
+class AttentionBinary:
+    """A built attention kernel, everything the extern dispatch needs."""
+
+    name: str
+    threads: int
+    shared_bytes: int
+    grid: tuple[int, int]
+    scratch_bytes: int  # global scratch per program
+    config: AttentionConfig
+    spec: AttentionSpec
+    cubin_path: str
+
+    def describe(self) -> dict:
+        return {"kernel": self.name, "config": self.config.key, "grid": list(self.grid), "threads": self.threads,
+                "shared_bytes": self.shared_bytes, "triton": ck.TRITON_VERSION}
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+def load_configs(path: Path | None = None) -> list[dict]:
+    """The config table: rules in order, the first whose bounds hold is used (see the JSON)."""
+    path = Path(path or os.environ.get(CONFIGS_ENV) or CONFIGS_PATH)
+    try:
+        return json.loads(path.read_text())["rules"]
+    except (OSError, ValueError, KeyError) as e:
+        raise CompileError(f"cannot read the attention kernel table {path}: {e}") from e
+
+
+def select_config(spec: AttentionSpec, rules: list[dict] | None = None) -> AttentionConfig | None:
+    """The config for an attention from the table (the first rule whose bounds hold: ``d``,
+    ``causal``, ``min_tq``/``max_tq``), or None where the table says IREE's codegen
+    (``"config": "iree"``)."""
+    for rule in rules if rules is not None else load_configs():
+        when = rule.get("when", {})
+        if (when.get("d", spec.d) == spec.d and when.get("causal", spec.causal) == spec.causal
+                and when.get("min_tq", 0) <= spec.tq <= when.get("max_tq", 1 << 62)):
+            return None if rule["config"] == "iree" else AttentionConfig(**rule["config"])
+    raise CompileError(f"no rule of {CONFIGS_PATH.name} matches {spec} (its last rule should match everything)")
+
+
+# ----------------------------------------------------------------------------- the kernel
+
+
+def kernel():
+    """The Triton function (defined on first use, so importing this module needs no triton).
+    benchmarks/gpu/attention_kernels.py JITs the same function on the H200 to tune it."""
+    global _ATTENTION
+    if _ATTENTION is not None:
+        return _ATTENTION
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _load(desc, ptr, row, start, rows: tl.constexpr, T: tl.constexpr, D: tl.constexpr, TMA: tl.constexpr,
+              RAGGED: tl.constexpr):
+        # rows [start, start + rows) of head ``row`` as [rows, D]; past T: zeros
+        if TMA:
+            return desc.load([row, start, 0]).reshape(rows, D)
+        offs = start + tl.arange(0, rows)
+        p = ptr + row * T * D + offs[:, None] * D + tl.arange(0, D)[None, :]
+        if RAGGED:
+            return tl.load(p, mask=offs[:, None] < T, other=0.0)
+        return tl.load(p)
+
+    @triton.jit
+    def _step(acc, l_i, m_i, q, kd, vd, k_ptr, v_ptr, kv_row, start, rows, qk_scale, TKV: tl.constexpr,
+              D: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr, TMA: tl.constexpr):
+        # one block of BN keys: scores, online softmax (base 2), acc += p · v
+        k = _load(kd, k_ptr, kv_row, start, BN, TKV, D, TMA, MASK)
+        qk = tl.dot(q, k.T)
+        if MASK:
+            cols = start + tl.arange(0, BN)
+            keep = cols[None, :] < TKV
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= rows[:, None])
+            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_new[:, None]
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_new[:, None]
+        p = tl.math.exp2(qk)
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = _load(vd, v_ptr, kv_row, start, BN, TKV, D, TMA, MASK)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        return acc, l_i, m_new
+
+    @triton.jit
+    def cuvil_attention(q_ptr, k_ptr, v_ptr, o_ptr, BH: tl.constexpr, HQ: tl.constexpr, GROUP: tl.constexpr,
+                        TQ: tl.constexpr, TKV: tl.constexpr, D: tl.constexpr, SCALE: tl.constexpr,
+                        CAUSAL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, TMA: tl.constexpr):
+        # BH = B * HQ; GROUP = HQ / HKV (q heads per kv head)
+        pid_m = tl.program_id(0)
+        if CAUSAL:  # the diagonal's long rows first: they take the most steps
+            pid_m = tl.num_programs(0) - 1 - pid_m
+        bh = tl.program_id(1)
+        kv_row = (bh // HQ) * (HQ // GROUP) + (bh % HQ) // GROUP
+        m0 = pid_m * BM
+        if TMA:
+            qd = tl.make_tensor_descriptor(q_ptr, shape=[BH, TQ, D], strides=[TQ * D, D, 1], block_shape=[1, BM, D])
+            kd = tl.make_tensor_descriptor(k_ptr, shape=[BH // GROUP, TKV, D], strides=[TKV * D, D, 1], block_shape=[1, BN, D])
+            vd = tl.make_tensor_descriptor(v_ptr, shape=[BH // GROUP, TKV, D], strides=[TKV * D, D, 1], block_shape=[1, BN, D])
+        else:
+            qd = 0
+            kd = 0
+            vd = 0
+        rows = m0 + tl.arange(0, BM)
+        q = _load(qd, q_ptr, bh, m0, BM, TQ, D, TMA, TQ % BM != 0)
+        qk_scale = SCALE * 1.4426950408889634  # log2(e): exp(x) = exp2(x log2 e)
+        m_i = tl.full([BM], float("-inf"), tl.float32)
+        l_i = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, D], tl.float32)
+        # keys every row of the block sees (no mask), then the rest (the diagonal, the ragged end)
+        if CAUSAL:
+            full = (tl.minimum(m0 + 1, TKV) // BN) * BN
+            end = tl.minimum(m0 + BM, TKV)
+        else:
+            full = (TKV // BN) * BN
+            end = TKV
+        for start in tl.range(0, full, BN):
+            acc, l_i, m_i = _step(acc, l_i, m_i, q, kd, vd, k_ptr, v_ptr, kv_row, start, rows, qk_scale, TKV, D, BN,
+                                  CAUSAL, False, TMA)
+        for start in tl.range(full, end, BN):
+            acc, l_i, m_i = _step(acc, l_i, m_i, q, kd, vd, k_ptr, v_ptr, kv_row, start, rows, qk_scale, TKV, D, BN,
+                                  CAUSAL, True, TMA)
+        out = (acc / l_i[:, None]).to(o_ptr.dtype.element_ty)
+        if TMA:
+            od = tl.make_tensor_descriptor(o_ptr, shape=[BH, TQ, D], strides=[TQ * D, D, 1], block_shape=[1, BM, D])
+            od.store([bh, m0, 0], out.reshape(1, BM, D))
+        else:
+            p = o_ptr + bh * TQ * D + rows[:, None] * D + tl.arange(0, D)[None, :]
+            tl.store(p, out, mask=rows[:, None] < TQ)
+
+    _ATTENTION = cuvil_attention
+    return _ATTENTION
+
+
+_ATTENTION = None
+
+
+def constexprs(spec: AttentionSpec, config: AttentionConfig) -> dict:
+    """The kernel's constexpr arguments for one attention and config."""
+    return dict(BH=spec.batch * spec.heads, HQ=spec.heads, GROUP=spec.heads // spec.kv_heads, TQ=spec.tq, TKV=spec.tkv,
+                D=spec.d, SCALE=float(spec.scale), CAUSAL=int(spec.causal), BM=config.bm, BN=config.bn,
+                TMA=int(config.kind == "tma"))
+
+
+def grid_of(spec: AttentionSpec, config: AttentionConfig) -> tuple[int, int]:
+    return math.ceil(spec.tq / config.bm), spec.batch * spec.heads
+
+
+def kernel_name(spec: AttentionSpec, config: AttentionConfig) -> str:
+    digest = hashlib.sha256(repr((asdict(spec), asdict(config))).encode()).hexdigest()[:8]
+    shape = f"{spec.batch}x{spec.heads}x{spec.kv_heads}x{spec.tq}x{spec.tkv}x{spec.d}"
+    return f"cuvil_attention_{shape}_{spec.dtype}{'_causal' if spec.causal else ''}_{config.key}_{digest}"
+
+
+def build_attention(spec: AttentionSpec, config: AttentionConfig | None = None) -> AttentionBinary:
+    """Compile (or take from the kernel cache) the attention kernel for ``spec``."""
+    reason = ck.available()
+    if reason:
+        raise CompileError(f"cannot build the Hopper attention kernel: {reason}")
+    spec.check()
+    config = config or select_config(spec)
+    if config is None:
+        raise CompileError(f"the attention table prefers IREE's codegen for {spec}")
+    name = kernel_name(spec, config)
+    key = hashlib.sha256(json.dumps([_source_hash(), name, asdict(spec), asdict(config)]).encode()).hexdigest()[:24]
+    cache = ck._cache_dir() / key
+    grid = grid_of(spec, config)
+    if (cache / "meta.json").exists():
+        meta = json.loads((cache / "meta.json").read_text())
+        return AttentionBinary(name, meta["threads"], meta["shared"], grid, meta["scratch"], config, spec, str(cache / "kernel.cubin"))
+    ptx, threads, shared, scratch = _compile(spec, config, name)
+    if shared > ck.MAX_SHARED_BYTES:
+        raise CompileError(f"{name} needs {shared} B of shared memory; sm_90 allows {ck.MAX_SHARED_BYTES}")
+    cubin = ck._ptxas(ptx)
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "kernel.ptx").write_text(ptx)
+    (cache / "kernel.cubin").write_bytes(cubin)
+    (cache / "meta.json").write_text(json.dumps({"threads": threads, "shared": shared, "scratch": scratch}))  # last: marks it complete
+    return AttentionBinary(name, threads, shared, grid, scratch, config, spec, str(cache / "kernel.cubin"))
+
+
+def _compile(spec: AttentionSpec, config: AttentionConfig, name: str) -> tuple[str, int, int, int]:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    sizes = constexprs(spec, config)
+    ty = "*" + ck.DTYPES[spec.dtype]
+    signature = {"q_ptr": ty, "k_ptr": ty, "v_ptr": ty, "o_ptr": ty, **{k: "constexpr" for k in sizes}}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(4)}  # IREE's bindings are 16-byte aligned
+    try:
+        k = triton.compile(ASTSource(kernel(), signature=signature, constexprs=sizes, attrs=attrs),
+                           target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": config.warps, "num_stages": config.stages, "ptx_version": ck.PTX_VERSION})
+    except Exception as e:  # Triton's compile errors are of many types
+        raise CompileError(f"Triton failed to compile {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+    ptx = ck.rename_entry(k.asm["ptx"], k.metadata.name, name)
+    return ptx, k.metadata.num_warps * 32, k.metadata.shared, k.metadata.global_scratch_size
+
+
+def _source_hash() -> str:
+    import inspect
+
+    parts = [inspect.getsource(kernel), inspect.getsource(constexprs), inspect.getsource(_compile),
+             inspect.getsource(ck._ptxas), str(ck.PTX_VERSION), ck.TRITON_VERSION]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------- IREE dispatch
+
+
+def dispatch_function(symbol: str, kb: AttentionBinary, *, torch_types: bool = True) -> str:
+    """MLIR text of ``func.func private @symbol(q, k, v) -> o`` whose body is one
+    ``hal.dispatch.extern`` of the kernel: bindings q, k, v (read-only), o, the global scratch
+    (grid x its per-program size) and the profile scratch (a 16-byte dummy); grid
+    ``(ceil(Tq / BM), B·Hq, 1)``. With ``torch_types`` it takes and returns ``!torch.vtensor``
+    (the signature lower-cuvil-to-kernels declares), else builtin tensors."""
+    s = kb.spec
+    t = s.dtype
+    shapes = {"q": [s.batch, s.heads, s.tq, s.d], "k": [s.batch, s.kv_heads, s.tkv, s.d],
+              "v": [s.batch, s.kv_heads, s.tkv, s.d], "o": [s.batch, s.heads, s.tq, s.d]}
+    builtin = {n: f"tensor<{'x'.join(map(str, d))}x{t}>" for n, d in shapes.items()}
+    vtensor = {n: f"!torch.vtensor<[{','.join(map(str, d))}],{t}>" for n, d in shapes.items()}
+    outer = vtensor if torch_types else builtin
+    lines = [f"  %{n}_t = torch_c.to_builtin_tensor %{n} : {vtensor[n]} -> {builtin[n]}" for n in "qkv" if torch_types]
+    ref = (lambda n: f"%{n}_t") if torch_types else (lambda n: f"%{n}")
+    programs = kb.grid[0] * kb.grid[1]
+    results = [builtin["o"], f"tensor<{max(kb.scratch_bytes * programs, 16)}xi8>", "tensor<16xi8>"]
+    bindings = ", ".join(["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * 3 + ["#hal.pipeline.binding<storage_buffer>"] * 3)
+    props = ", ".join([
+        f'export_name = "{kb.name}"',
+        f"layout = #hal.pipeline.layout<bindings = [{bindings}]>",
+        "operandSegmentSizes = array<i32: 0, 3, 0, 0>",
+        f'target_objects = [[#hal.executable.object<{{path = "{kb.cubin_path}"}}>]]',
+        "target_ordinals = [0 : index]",
+        f"targets = [{ck.EXECUTABLE_TARGET}]",
+        "tied_operands = [-1 : index, -1 : index, -1 : index]",
+        f"workgroup_size = [{kb.threads} : index, 1 : index, 1 : index]",
+        f"workgroup_local_memory = {kb.shared_bytes} : index",
+    ])
+    lines += [
+        f'  %r:3 = "hal.dispatch.extern"({", ".join(ref(n) for n in "qkv")}) <{{{props}}}> ({{',
+        "  ^bb0(%device: !hal.device):",
+        f"    %gx = arith.constant {kb.grid[0]} : index",
+        f"    %gy = arith.constant {kb.grid[1]} : index",
+        "    %one = arith.constant 1 : index",
+        "    hal.return %gx, %gy, %one : index, index, index",
+        f"  }}, {{\n  }}) : ({', '.join(builtin[n] for n in 'qkv')}) -> ({', '.join(results)})",
+    ]
+    if torch_types:
+        lines.append(f"  %o = torch_c.from_builtin_tensor %r#0 : {builtin['o']} -> {vtensor['o']}")
+        lines.append(f"  return %o : {vtensor['o']}")
+    else:
+        lines.append(f"  return %r#0 : {builtin['o']}")
+    args = ", ".join(f"%{n}: {outer[n]}" for n in "qkv")
+    return f"func.func private @{symbol}({args}) -> {outer['o']} {{\n" + "\n".join(lines) + "\n}\n"
+
+
+def spec_from_record(spec: dict) -> AttentionSpec:
+    """The AttentionSpec of a ``cuvil.kernel_spec`` that lower-cuvil-to-kernels wrote (the scale
+    travels as a string: the hand-off's attribute reader knows integers, booleans and strings)."""
+    return AttentionSpec(spec["batch"], spec["heads"], spec["kv_heads"], spec["tq"], spec["tkv"], spec["d"],
+                         spec["dtype"], spec["causal"], float(spec["scale"]))
+
+
+def materialize(symbol: str, spec: dict) -> tuple[str | None, dict]:
+    """For targets/iree.py (through targets/cuda.py materialize_kernel): the kernel function's new body for
+    an attention, or None to keep IREE's codegen, and the metadata record saying which."""
+    record = {"function": symbol, **spec}
+    reason = ck.available()
+    if reason:
+        return None, {**record, "kernel": None, "why": reason}
+    try:
+        aspec = spec_from_record(spec)
+        config = select_config(aspec)
+        if config is None:
+            return None, {**record, "kernel": None, "why": "the attention table prefers IREE's codegen for this shape"}
+        kb = build_attention(aspec, config)
+    except CompileError as e:
+        return None, {**record, "kernel": None, "why": e.message if hasattr(e, "message") else str(e)}
+    return dispatch_function(symbol, kb), {**record, **kb.describe()}
