@@ -150,6 +150,24 @@ def test_h200_package_records_which_linear_got_which_kernel():
     assert compiled.patterns_fired["lower-cuvil-to-kernels"] == {"linear": 1, "kept: out features 13 not a multiple of 8": 1}
 
 
+@needs_triton
+def test_kernels_combine_with_the_hopper_target_description():
+    """hopper-mode=target-description (IREE's own dispatches as sm_90 PTX) and the kernels
+    (sm_90a cubins in hal.dispatch.extern objects) in one module."""
+    import re
+
+    import cuvil_mlir
+
+    model, args = _mlp()
+    compiled = cuvil_mlir.compile(model, args, target="cuda:h200{hopper-mode=target-description}")
+    (record,) = compiled.metadata["kernels"]
+    assert record["kernel"].startswith("cuvil_linear_16x128x64_f16_gelu_tanh_bias_")
+    vmfb = compiled.modules[0].vmfb
+    assert b".target sm_90\n" in vmfb or b".target sm_90\r" in vmfb  # IREE's codegen for the rest, as sm_90 PTX
+    assert not re.search(rb"\.target sm_8", vmfb)
+    assert vmfb.count(b"\x7fELF") == 1 and record["kernel"].encode() in vmfb  # the kernel's cubin
+
+
 def test_kernels_off_and_other_archs_record_none():
     import cuvil_mlir
 
