@@ -62,9 +62,21 @@ def test_shipped_table_covers_every_linear():
     for spec in (_spec(1, 8, 8), _spec(16, 2048, 2048), _spec(128, 768, 3072), _spec(1024, 3072, 768),
                  _spec(4096, 16384, 2048, "swiglu"), _spec(77, 2816, 512, "swiglu"), _spec()):
         config = ck.select_config(spec)
-        assert config is not None and config.bm in (64, 128) and config.warps in (4, 8)
+        assert config is not None and config.bm in (16, 64, 128) and config.warps in (4, 8)
+        assert config.kind in ("tiles", "persistent", "pointers")
     assert ck.select_config(_spec(4096, 16384, 2048, "swiglu")).bn == 128  # gated: two accumulators
-    assert ck.select_config(_spec(1, 2048, 2048)).bm == 64  # decode rows: the smallest wgmma M
+    decode = ck.select_config(_spec(1, 2048, 2048))
+    assert decode.bm == 16 and decode.kind == "pointers"  # decode rows: 16-row tiles, pointer loads
+    large = ck.select_config(_spec())
+    assert large.kind == "persistent" and large.subtile and ck.grid_of(_spec(), large) == ck.SMS
+
+
+@needs_triton
+def test_subtiled_persistent_kernel_fits_shared_memory_with_four_stages():
+    """Storing the 128x256 tile in two halves leaves room for a 4th stage under sm_90's 227 KiB."""
+    kb = ck.build_linear(_spec(), ck.TileConfig(128, 256, 64, 8, 4, kind="persistent", subtile=True))
+    assert kb.shared_bytes <= ck.MAX_SHARED_BYTES and kb.grid == ck.SMS and kb.config.key == "128x256x64w8s4pe"
+    assert "wgmma.mma_async" in kb.ptx and "cp.async.bulk.tensor" in kb.ptx
 
 
 def test_first_matching_rule_wins_and_iree_means_no_kernel():
