@@ -102,11 +102,14 @@ class TileConfig:
     # pointer loads (cp.async) instead of TMA
     kind: str = "tiles"
     ws: bool = False
+    # TMA kernels: store the output tile in two [BM, BN/2] halves (half the epilogue's shared
+    # memory, which leaves room for one more pipeline stage at 128x256)
+    subtile: bool = False
 
     @property
     def key(self) -> str:
         extra = {"tiles": "", "pointers": "ptr"}.get(self.kind, f"p{'ws' if self.ws else ''}")
-        return f"{self.bm}x{self.bn}x{self.bk}w{self.warps}s{self.stages}{extra}"
+        return f"{self.bm}x{self.bn}x{self.bk}w{self.warps}s{self.stages}{extra}{'e' if self.subtile else ''}"
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,7 @@ def _kernel():
 
     @triton.jit
     def _tile(xd, wd, yd, b_ptr, y_ptr, om, on, K: tl.constexpr, F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-              BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr):
+              BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr, SUBTILE: tl.constexpr):
         # one [BM, BN] output tile at (om, on): TMA loads, wgmma (tl.dot) into fp32, the epilogue, a TMA store
         acc = tl.zeros((BM, BN), tl.float32)
         if GATED:
@@ -203,16 +206,23 @@ def _kernel():
         acc = _act(acc, ACT)
         if GATED:
             acc = acc * up
-        yd.store([om, on], acc.to(y_ptr.dtype.element_ty))
+        out = acc.to(y_ptr.dtype.element_ty)
+        if SUBTILE:
+            left, right = tl.split(tl.permute(tl.reshape(out, (BM, 2, BN // 2)), (0, 2, 1)))
+            yd.store([om, on], left)
+            yd.store([om, on + BN // 2], right)
+        else:
+            yd.store([om, on], out)
 
     @triton.jit
     def cuvil_linear(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                      F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                     GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr):
+                     GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr,
+                     SUBTILE: tl.constexpr):
         # F: out features (N, or N // 2 gated). Programs are grouped along M for L2 reuse of W.
         xd = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
         wd = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
-        yd = tl.make_tensor_descriptor(y_ptr, shape=[M, F], strides=[F, 1], block_shape=[BM, BN])
+        yd = tl.make_tensor_descriptor(y_ptr, shape=[M, F], strides=[F, 1], block_shape=[BM, BN // (2 if SUBTILE else 1)])
         pid = tl.program_id(0)
         num_m = tl.cdiv(M, BM)
         num_n = tl.cdiv(F, BN)
@@ -223,16 +233,16 @@ def _kernel():
         pn = (pid % width) // size
         om = pm * BM
         on = pn * BN
-        _tile(xd, wd, yd, b_ptr, y_ptr, om, on, K, F, BM, BN, BK, HAS_BIAS, ACT, GATED)
+        _tile(xd, wd, yd, b_ptr, y_ptr, om, on, K, F, BM, BN, BK, HAS_BIAS, ACT, GATED, SUBTILE)
 
     @triton.jit
     def cuvil_linear_persistent(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                                 F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                                 GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr,
-                                PROGRAMS: tl.constexpr, WS: tl.constexpr):
+                                PROGRAMS: tl.constexpr, WS: tl.constexpr, SUBTILE: tl.constexpr):
         xd = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
         wd = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
-        yd = tl.make_tensor_descriptor(y_ptr, shape=[M, F], strides=[F, 1], block_shape=[BM, BN])
+        yd = tl.make_tensor_descriptor(y_ptr, shape=[M, F], strides=[F, 1], block_shape=[BM, BN // (2 if SUBTILE else 1)])
         num_m = tl.cdiv(M, BM)
         num_n = tl.cdiv(F, BN)
         width = GROUP * num_n
@@ -241,7 +251,7 @@ def _kernel():
             size = min(num_m - first, GROUP)
             om = (first + (tile % width) % size) * BM
             on = ((tile % width) // size) * BN
-            _tile(xd, wd, yd, b_ptr, y_ptr, om, on, K, F, BM, BN, BK, HAS_BIAS, ACT, GATED)
+            _tile(xd, wd, yd, b_ptr, y_ptr, om, on, K, F, BM, BN, BK, HAS_BIAS, ACT, GATED, SUBTILE)
 
     @triton.jit
     def cuvil_linear_pointers(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
@@ -343,6 +353,8 @@ def _compile(spec: LinearSpec, config: TileConfig, name: str) -> tuple[str, int,
     sizes = dict(M=spec.m, N=spec.n, K=spec.k, F=spec.out_features, BM=config.bm, BN=config.bn, BK=config.bk,
                  GROUP=config.group, HAS_BIAS=int(spec.has_bias), ACT=_ACT_CODE[GATED.get(spec.activation, spec.activation)],
                  GATED=int(spec.gated))
+    if config.kind != "pointers":
+        sizes["SUBTILE"] = int(config.subtile)
     if config.kind == "persistent":
         sizes.update(PROGRAMS=grid_of(spec, config), WS=int(config.ws))
     bias_ty = "*" + {"f32": "fp32", **DTYPES}[spec.bias_type] if spec.has_bias else ty

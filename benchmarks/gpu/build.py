@@ -56,6 +56,7 @@ REPO = Path(__file__).resolve().parents[2]
 GPU_DIR = REPO / ".gpu"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import dedup  # noqa: E402
 import gpu_models  # noqa: E402
 
 RUNTIME_WHEEL = "iree-base-runtime==3.13.0"
@@ -78,10 +79,13 @@ MODELS = {
     "abl-llama-t512": ("llama_ffn", {"layers": 1, "d_model": 768, "heads": 12, "kv_heads": 4, "ffn": 2048, "seq": 512, "weights": "sign"}),
     "abl-llama-t2048": ("llama_ffn", {"layers": 1, "d_model": 768, "heads": 12, "kv_heads": 4, "ffn": 2048, "seq": 2048, "weights": "sign"}),
     # real model sizes (issues 14, 15): HF GPT-2 12 layers at T=128, HF Llama d=2048 (32/8 heads,
-    # FFN 8192) 2 layers at T=512; tiled sign weights (gpu_models.tiled_sign_weights) to fit the trip
-    "gpt2-12l": ("gpt2", {"layers": 12, "d_model": 768, "heads": 12, "seq": 128, "weights": "tiled"}),
+    # FFN 8192) 2 layers at T=512, HF BERT-base width (12 layers, d=768) at T=128; sign weights
+    # (dedup.py packs them at ~1 bit per weight: 11-16 MiB per module). The 2026-12-03 runs used
+    # tiled sign weights (rank 64; gpu_models.tiled_sign_weights) for gpt2-12l and llama-2048.
+    "gpt2-12l": ("gpt2", {"layers": 12, "d_model": 768, "heads": 12, "seq": 128, "weights": "sign"}),
     "llama-2048": ("llama_ffn", {"layers": 2, "d_model": 2048, "heads": 32, "kv_heads": 8, "ffn": 8192, "seq": 512,
-                                 "attn": "sdpa", "weights": "tiled"}),
+                                 "attn": "sdpa", "weights": "sign"}),
+    "bert-base": ("bert", {"layers": 12, "d_model": 768, "heads": 12, "seq": 128, "weights": "sign"}),
     # precision (issue 5 item 4): normal random weights, so quantization error means something
     "prec-block256": ("gpt_block", {"seq": 128, "d_model": 256, "heads": 4}),
 }
@@ -130,6 +134,8 @@ VARIANTS = {
 }
 # what `compile` builds when --variants is not given
 DEFAULT_VARIANTS = ("cuvil_h200", "cuvil_h200_td", "plain_h200", "cuvil_vulkan_ampere")
+# the end-to-end comparison at real sizes (issue 15): the Hopper kernels with the Hopper target description
+E2E_VARIANTS = ("cuvil_h200_td",)
 ABLATION_VARIANTS = ("cuvil_h200", *(v for v in VARIANTS if v.startswith("cuvil_h200_no_")), "plain_h200")
 PRECISION_VARIANTS = ("cuvil_h200", "cuvil_h200_f32", "cuvil_h200_p16_f32", "cuvil_h200_p16io_f32", "cuvil_h200_bf16_f32",
                       "cuvil_h200_int8w_f32", "cuvil_h200_int4w_f32", "cuvil_h200_int8_f32", "cuvil_h200_w8a16_f32",
@@ -431,13 +437,11 @@ def pack(out: Path, budget_mib: float, runs_spec: str = "") -> list[Path]:
             for f in files:
                 if f.name.endswith("_float32.npy") and "float32" not in dtypes:
                     continue  # no fp32 module and no fp32 torch run: the fp32 inputs stay here
-                if f.suffix == ".vmfb":  # xz: sign-weight modules shrink ~10x; run_on_h200.py unpacks them
-                    xz = f.with_name(f.name + ".xz")
-                    if not xz.exists() or xz.stat().st_mtime < f.stat().st_mtime:
-                        # fast mode with an 8 MiB window: tiled weights repeat within it
-                        filters = [{"id": lzma.FILTER_LZMA2, "preset": 0, "dict_size": 8 << 20}]
-                        xz.write_bytes(lzma.compress(f.read_bytes(), format=lzma.FORMAT_XZ, filters=filters))
-                    os.link(xz, dst / xz.name)
+                if f.suffix == ".vmfb":  # dedup.py (chunks deduplicated, sign weights as bits, xz); run_on_h200.py unpacks
+                    packed = f.with_name(f.name + ".dd.xz")
+                    if not packed.exists() or packed.stat().st_mtime < f.stat().st_mtime:
+                        packed.write_bytes(dedup.pack(f.read_bytes()))
+                    os.link(packed, dst / packed.name)
                 else:
                     os.link(f, dst / f.name)
             (dst / "torch.flag").write_text("0" if case_dir in seen else "1")
@@ -448,7 +452,7 @@ def pack(out: Path, budget_mib: float, runs_spec: str = "") -> list[Path]:
         if total > budget_mib:
             log(f"  {run_dir.name}: OVER the budget of {budget_mib} MiB")
         paths.append(run_dir)
-    log("  (modules travel as .vmfb.xz; the sizes above are the compressed ones)")
+    log("  (modules travel as .vmfb.dd.xz; the sizes above are the compressed ones)")
     return paths
 
 
@@ -507,7 +511,7 @@ def main() -> None:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--batches", default=",".join(map(str, BATCHES)))
     p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
-                   help="comma-separated, or the sets: default, ablation, precision")
+                   help="comma-separated, or the sets: default, ablation, precision, e2e")
     p.add_argument("--budget-mib", type=float, default=RUN_BUDGET_MIB)
     p.add_argument("--runs", default="", help='pack: e.g. "mlp,cnn,gpt2s-b8;gpt2,gpt2s-b1:cuvil_h200+cuvil_h200_td"')
     opts = p.parse_args()
@@ -517,7 +521,7 @@ def main() -> None:
     if opts.step in ("fetch-tf", "all"):
         fetch_tf(opts.out)
     if opts.step in ("compile", "all"):
-        sets = {"default": DEFAULT_VARIANTS, "ablation": ABLATION_VARIANTS, "precision": PRECISION_VARIANTS}
+        sets = {"default": DEFAULT_VARIANTS, "ablation": ABLATION_VARIANTS, "precision": PRECISION_VARIANTS, "e2e": E2E_VARIANTS}
         variants = list(dict.fromkeys(v for item in opts.variants.split(",") for v in sets.get(item, (item,))))
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown:

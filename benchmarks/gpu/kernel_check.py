@@ -2,6 +2,7 @@
 ``cuvil_mlir.compile(target="cuda:h200")`` (here), run on the H200 (there) against PyTorch.
 
     python benchmarks/gpu/kernel_check.py build .gpu/hopper/check      # here: packages, inputs, references
+    python benchmarks/gpu/kernel_check.py build .gpu/hopper/check --target 'cuda:h200{hopper-mode=target-description}' --only ...
     xz -d .gpu/hopper/check/*.xz; CUVIL_KERNEL_CHECK_DIR=.gpu/hopper/check python3 -m pytest -q tests/python/test_cuda_kernels_gpu.py   # there
 
 Each case is a small model over one edge of the kernel contract (odd M, K not a multiple of
@@ -63,6 +64,9 @@ CASES = {
     "gated_ffn": (lambda: GatedFFN(512, 1376), (2, 100, 512), "f16", 2, 0),
     "large_bf16": (lambda: Linears([1024, 2048, 1024], ["relu", "none"]), (1, 512, 1024), "bf16", 2, 0),
     "gated_ffn_bf16": (lambda: GatedFFN(512, 1408), (1, 77, 512), "bf16", 2, 0),
+    # M >= 1024: the persistent kernels (K, N and M not multiples of their tiles)
+    "persistent_odd": (lambda: Linears([1000, 1032], ["gelu"]), (3, 700, 1000), "f16", 1, 0),
+    "gated_persistent": (lambda: GatedFFN(512, 1376), (4, 600, 512), "f16", 2, 0),
     "fallback_k770_n13": (lambda: Linears([770, 256, 13], ["relu", "none"]), (2, 40, 770), "f16", 0, 2),
     # HF GPT-2 (Conv1D: torch.export's 16-bit addmm is an f32 mm of upcast operands): the widened form
     "hf_gpt2_widened": (lambda: _hf_gpt2(), "ids", "f16", 9, 0),
@@ -88,10 +92,17 @@ def sign_weights(model) -> None:
             p.copy_(torch.where(p >= 0, std, -std))
 
 
-def build(out: Path, only: set[str] | None = None) -> None:
+TD = "cuda:h200{hopper-mode=target-description}"
+
+
+def build(out: Path, only: set[str] | None = None, target: str = "cuda:h200") -> None:
+    """Every case (or those in ``only``) for ``target``; cases for another target than cuda:h200
+    are saved as <case>_td (the Hopper target description) or <case>_<target>."""
     import lzma
 
     import cuvil_mlir
+
+    suffix = "" if target == "cuda:h200" else "_td" if target == TD else "_" + "".join(c if c.isalnum() else "_" for c in target)
 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -105,21 +116,21 @@ def build(out: Path, only: set[str] | None = None) -> None:
             x = torch.randint(0, 256, (2, 64))
             with torch.no_grad():
                 ref = model.float()(x).numpy()
-            compiled = cuvil_mlir.compile(model.half(), (x,), target="cuda:h200")
+            compiled = cuvil_mlir.compile(model.half(), (x,), target=target)
             inputs = x.numpy()
-            _finish(out, name, compiled, inputs, ref, dtype, taken, kept, lzma)
+            _finish(out, name + suffix, compiled, inputs, ref, dtype, taken, kept, lzma)
             continue
         x = torch.randn(*shape)
         with torch.no_grad():
             ref = model.float()(x.to(tdt).float()).numpy()
         # bf16 models keep fp32 I/O (precision=bf16 demotes inside): numpy has no bf16 for the caller
         if dtype == "f16":
-            compiled = cuvil_mlir.compile(model.half(), (x.half(),), target="cuda:h200")
+            compiled = cuvil_mlir.compile(model.half(), (x.half(),), target=target)
             inputs = x.half().numpy()
         else:
-            compiled = cuvil_mlir.compile(model.float(), (x.to(tdt).float(),), target="cuda:h200", precision="bf16")
+            compiled = cuvil_mlir.compile(model.float(), (x.to(tdt).float(),), target=target, precision="bf16")
             inputs = x.to(tdt).float().numpy()
-        _finish(out, name, compiled, inputs, ref, dtype, taken, kept, lzma)
+        _finish(out, name + suffix, compiled, inputs, ref, dtype, taken, kept, lzma)
 
 
 def _finish(out, name, compiled, inputs, ref, dtype, taken, kept, lzma):
@@ -147,8 +158,9 @@ def main() -> None:
     b = sub.add_parser("build")
     b.add_argument("out", type=Path)
     b.add_argument("--only", default="", help="comma-separated case names (default: all)")
+    b.add_argument("--target", default="cuda:h200", help=f"e.g. '{TD}' (cases saved as <case>_td)")
     a = p.parse_args()
-    build(a.out, set(filter(None, a.only.split(","))))
+    build(a.out, set(filter(None, a.only.split(","))), a.target)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ shape and tile configuration: the sweep that fills targets/cuda_kernel_configs.j
 
     python benchmarks/gpu/linear_kernels.py build .gpu/hopper/lk [--quick]   # here: one .vmfb per shape
     python3 benchmarks/gpu/linear_kernels.py run .gpu/hopper/lk --out $OUT    # there (H200)
+    python benchmarks/gpu/linear_kernels.py sweep-build .gpu/gemm/sweep [--dtypes f16,bf16]   # here: cubins
+    python3 benchmarks/gpu/linear_kernels.py sweep-run .gpu/gemm/sweep --out $OUT              # there
 
 ``build`` (the CPU machine, needs triton and the IREE compiler): per shape one module whose
 functions are ``k_<config>`` (the kernel through ``hal.dispatch.extern``, as cuvil embeds it) and
@@ -10,6 +12,13 @@ functions are ``k_<config>`` (the kernel through ``hal.dispatch.extern``, as cuv
 ``run`` (the GPU machine: torch, the IREE runtime wheel): per function the max error against
 torch (fp32 math on the same fp16/bf16 inputs) through iree.runtime, then its latency with
 iree-benchmark-module; torch's F.linear(+activation) with CUDA events (cuBLAS) beside it.
+iree-benchmark-module has a floor of ~50 us per call, so small shapes measure that, not the kernel:
+``sweep-build`` / ``sweep-run`` time the kernels themselves. ``sweep-build`` compiles every
+(goal shape, dtype, tile config) to the very cubin cuvil embeds (targets/cuda_kernels.build_linear);
+``sweep-run`` loads each with the CUDA driver API (ctypes: cuModuleLoadData, cuLaunchKernel with
+the same grid, block, dynamic shared memory and pointer arguments IREE passes), checks it against
+torch, and times it and torch's F.linear (cuBLAS) alike: ``SWEEP_LAUNCHES`` back-to-back launches
+captured in one CUDA graph, replayed, timed with CUDA events (median of 5 replays / launches).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,6 +68,45 @@ PERSISTENT_CONFIGS = [(128, 256, 64, 8, 3, 8, "tiles"), (128, 256, 64, 8, 3, 8, 
                       (128, 128, 64, 4, 4, 8, "pointers")]
 PERSISTENT_GATED = [(128, 128, 64, 8, 3, 8, "tiles"), (128, 128, 64, 8, 3, 8, "persistent"), (128, 128, 64, 8, 4, 8, "persistent"),
                     (128, 128, 64, 8, 3, 8, "pointers"), (128, 64, 64, 4, 4, 8, "pointers")]
+# The issue's goal: M x the N/K of GPT-2-small, Llama-3.2-1B and Llama-3.1-8B layers (name, N, K, activation):
+# qkv, attention output, FFN up (and the fused gate+up SwiGLU form cuvil makes), FFN down.
+GOAL_MS = (1, 16, 128, 2048, 8192)
+GOAL_LAYERS = [
+    ("gpt2_qkv", 2304, 768, "none"), ("gpt2_attn_proj", 768, 768, "none"), ("gpt2_fc", 3072, 768, "none"),
+    ("gpt2_fc_proj", 768, 3072, "none"),
+    ("llama1b_qkv", 3072, 2048, "none"), ("llama1b_o", 2048, 2048, "none"), ("llama1b_up", 8192, 2048, "none"),
+    ("llama1b_down", 2048, 8192, "none"), ("llama1b_gateup", 16384, 2048, "swiglu"),
+    ("llama8b_qkv", 6144, 4096, "none"), ("llama8b_o", 4096, 4096, "none"), ("llama8b_up", 14336, 4096, "none"),
+    ("llama8b_down", 4096, 14336, "none"), ("llama8b_gateup", 28672, 4096, "swiglu"),
+]
+# tile configs per M class: (bm, bn, bk, warps, stages, kind, ws, subtile); bf16 is timed with the
+# first SWEEP_BF16 of each list (fp16 with all)
+SWEEP_CONFIGS = {
+    "small": [(16, 32, 256, 4, 4, "pointers"), (16, 64, 128, 4, 6, "pointers"), (16, 32, 256, 4, 4, "tiles"),
+              (16, 16, 256, 4, 4, "pointers"), (16, 32, 128, 4, 6, "pointers"), (64, 256, 64, 4, 4, "tiles")],
+    "mid": [(64, 128, 64, 4, 4, "tiles"), (128, 128, 64, 8, 4, "tiles"), (64, 64, 128, 4, 4, "tiles"),
+            (64, 256, 64, 4, 4, "tiles"), (128, 64, 64, 4, 4, "tiles"), (64, 128, 64, 4, 4, "pointers")],
+    "large": [(128, 256, 64, 8, 4, "persistent", False, True), (128, 256, 64, 8, 4, "persistent", True, True),
+              (128, 256, 64, 8, 3, "tiles"), (128, 256, 64, 8, 3, "persistent"), (128, 128, 64, 8, 4, "persistent", True),
+              (128, 256, 64, 8, 4, "tiles", False, True)],
+    "gated_small": [(16, 32, 128, 4, 4, "pointers"), (16, 32, 128, 4, 4, "tiles"), (64, 128, 64, 4, 4, "tiles")],
+    "gated": [(128, 128, 64, 8, 3, "tiles"), (128, 128, 64, 8, 3, "persistent", True), (64, 128, 64, 4, 4, "tiles"),
+              (128, 128, 64, 8, 4, "tiles")],
+}
+SWEEP_BF16 = 3
+# edges of the contract, every config of their class (fp16): M = 1 and odd M, K not a multiple of
+# any BK, N not a multiple of any BN (name, M, N, K, activation)
+SWEEP_ODD = [("odd_m1", 1, 776, 1000, "none"), ("odd_m7", 7, 2056, 1000, "none"), ("odd_m333", 333, 776, 1000, "none"),
+             ("odd_m2049", 2049, 1032, 1000, "none"), ("odd_gated_m2049", 2049, 2064, 1000, "swiglu")]
+SWEEP_LAUNCHES = 20
+
+
+def sweep_class(m: int, gated: bool) -> str:
+    if gated:
+        return "gated_small" if m <= 16 else "gated"
+    return "small" if m <= 16 else "mid" if m <= 512 else "large"
+
+
 QUICK = {"gemm4096", "llama_gateup_t4096", "llama_o_t4096", "gpt2_fc_t128", "decode_m1", "odd_m_k"}
 
 
@@ -308,6 +357,185 @@ def _host_bits(np, y):
         return y._buffer_view.map().asarray(list(y.shape), np.dtype(np.int16))
 
 
+# ------------------------------------------------------------------------------ kernel sweep
+
+
+def sweep_build(out: Path, dtypes: list[str], only: str = "", odd: bool = False) -> None:
+    """Here: the cubin of every (goal shape, dtype, config) -> out/cubins/, listed in
+    out/sweep-<dtype>.json; with ``odd`` the SWEEP_ODD shapes (fp16) -> out/sweep-odd.json."""
+    import shutil
+
+    sys.path.insert(0, str(REPO))
+    from targets import cuda_kernels as ck
+
+    (out / "cubins").mkdir(parents=True, exist_ok=True)
+    for t in ["f16"] if odd else dtypes:
+        entries = []
+        shapes = [(name, n, k, act, [m]) for name, m, n, k, act in SWEEP_ODD] if odd else \
+            [(layer, n, k, act, GOAL_MS) for layer, n, k, act in GOAL_LAYERS]
+        for layer, n, k, act, ms in shapes:
+            if only and only not in layer:
+                continue
+            for m in ms:
+                spec = ck.LinearSpec(m, n, k, t, act, False)
+                configs = SWEEP_CONFIGS[sweep_class(m, spec.gated)]
+                for cfg in configs if t == "f16" else configs[:SWEEP_BF16]:
+                    config = ck.TileConfig(*cfg[:5], 8, *cfg[5:])
+                    try:
+                        kb = ck.build_linear(spec, config)
+                    except Exception as e:
+                        print(f"{layer} m={m} {t} {config.key}: {e}", file=sys.stderr)
+                        continue
+                    shutil.copyfile(kb.cubin_path, out / "cubins" / f"{kb.name}.cubin")
+                    entries.append({"layer": layer, "m": m, "n": n, "k": k, "dtype": t, "activation": act,
+                                    "config": asdict(config), "key": config.key, **kb.describe(), "scratch": kb.scratch_bytes})
+            print(f"{t} {layer}: {len(entries)} kernels so far", file=sys.stderr, flush=True)
+        (out / f"sweep-{'odd' if odd else t}.json").write_text(json.dumps(entries, indent=0))
+
+
+class _Driver:
+    """Just enough of the CUDA driver API (ctypes) to launch a cubin the way IREE does."""
+
+    def __init__(self):
+        import ctypes
+
+        self.c = ctypes
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self.lib.cuModuleLoadData.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        self.lib.cuModuleGetFunction.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p]
+        self.lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        self.lib.cuModuleUnload.argtypes = [ctypes.c_void_p]
+
+    def check(self, r: int, what: str) -> None:
+        if r != 0:
+            name = self.c.c_char_p()
+            self.lib.cuGetErrorName(r, self.c.byref(name))
+            raise RuntimeError(f"{what}: {name.value.decode() if name.value else r}")
+
+    def load(self, image: bytes, name: str, shared: int):
+        c = self.c
+        mod, fn = c.c_void_p(), c.c_void_p()
+        self.check(self.lib.cuModuleLoadData(c.byref(mod), image), "cuModuleLoadData")
+        self.check(self.lib.cuModuleGetFunction(c.byref(fn), mod, name.encode()), "cuModuleGetFunction")
+        self.check(self.lib.cuFuncSetAttribute(fn, 8, shared), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+        return mod, fn
+
+    def launcher(self, fn, grid: int, threads: int, shared: int, pointers: list[int], stream_of):
+        c = self.c
+        values = [c.c_void_p(p) for p in pointers]
+        params = (c.c_void_p * len(values))(*[c.addressof(v) for v in values])
+
+        def launch():
+            self.check(self.lib.cuLaunchKernel(fn, grid, 1, 1, threads, 1, 1, shared, stream_of(), params, None), "cuLaunchKernel")
+        launch.keep = (values, params)
+        return launch
+
+
+def _graph_time(torch, fn, launches: int = SWEEP_LAUNCHES) -> float:
+    """ms per call: ``launches`` calls captured in one CUDA graph, 5 timed replays, the median."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / launches)
+    del graph
+    return sorted(times)[2]
+
+
+def sweep_run(folder: Path, out: Path, deadline: float) -> None:
+    """There: per goal shape torch F.linear (cuBLAS) and every kernel config, same inputs, same timing."""
+    import torch
+
+    begin = time.time()
+    drv = _Driver()
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    stream_of = lambda: torch.cuda.current_stream().cuda_stream
+    results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": torch.cuda.get_device_name(),
+               "torch": torch.__version__, "launches_per_graph": SWEEP_LAUNCHES, "shapes": []}
+    groups: dict = {}
+    for manifest in sorted(folder.glob("sweep-*.json")):
+        for e in json.loads(manifest.read_text()):
+            groups.setdefault((e["layer"], e["m"], e["dtype"]), []).append(e)
+    out.mkdir(parents=True, exist_ok=True)
+    for (layer, m, t), entries in groups.items():
+        if time.time() - begin > deadline:
+            print("deadline reached", file=sys.stderr)
+            break
+        n, k, act = entries[0]["n"], entries[0]["k"], entries[0]["activation"]
+        f = n // 2 if act == "swiglu" else n
+        tdt = torch.float16 if t == "f16" else torch.bfloat16
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(m, k, device="cuda", generator=gen).to(tdt)
+        w = (torch.randn(n, k, device="cuda", generator=gen) / k ** 0.5).to(tdt)
+        ref = _torch_ref(torch, x, w, None, act)
+        eager = _torch_eager(torch, act)
+        row = {"layer": layer, "m": m, "n": n, "k": k, "dtype": t, "activation": act, "configs": {}}
+        row["torch_ms"] = _graph_time(torch, lambda: eager(x, w, None))
+        y = torch.empty(m, f, device="cuda", dtype=tdt)
+        for e in entries:
+            entry = {}
+            try:
+                mod, fn = drv.load((folder / "cubins" / f"{e['kernel']}.cubin").read_bytes(), e["kernel"], e["shared_bytes"])
+                scratch = torch.zeros(max(e["scratch"] * e["grid"], 16), dtype=torch.uint8, device="cuda")
+                profile = torch.zeros(16, dtype=torch.uint8, device="cuda")
+                # x fills the unused bias slot, as in the IREE dispatch
+                launch = drv.launcher(fn, e["grid"], e["threads"], e["shared_bytes"],
+                                      [x.data_ptr(), w.data_ptr(), x.data_ptr(), y.data_ptr(), scratch.data_ptr(), profile.data_ptr()], stream_of)
+                y.fill_(float("nan"))
+                launch()
+                torch.cuda.synchronize()
+                entry["max_rel_err"] = ((y.float() - ref).abs().max() / ref.abs().max().clamp(min=1e-6)).item()
+                entry["ms"] = _graph_time(torch, launch)
+                drv.lib.cuModuleUnload(mod)
+            except Exception as ex:
+                entry["error"] = str(ex)[:300]
+            row["configs"][e["key"]] = entry
+        ok = {key: c["ms"] for key, c in row["configs"].items() if "ms" in c and c["max_rel_err"] < (1e-2 if t == "f16" else 3e-2)}
+        if ok:
+            row["best"] = min(ok, key=ok.get)
+            row["best_ms"] = ok[row["best"]]
+            row["vs_torch"] = row["torch_ms"] / row["best_ms"]
+        results["shapes"].append(row)
+        print(f"{layer} m={m} {t}: torch {row['torch_ms']:.4f} best {row.get('best')} {row.get('best_ms', 0):.4f} "
+              f"({row.get('vs_torch', 0):.2f}x)", file=sys.stderr, flush=True)
+        (out / "sweep.json").write_text(json.dumps(results, indent=0))
+        del x, w, ref, y
+        torch.cuda.empty_cache()
+
+
+def sweep_report(results: Path) -> str:
+    """A markdown table of a sweep: per goal shape torch (cuBLAS) against the best kernel config."""
+    d = json.loads(results.read_text())
+    lines = [f"{d['date']}, {d['device']}, torch {d['torch']}; each time: {d['launches_per_graph']} launches in one CUDA graph, "
+             "median of 5 replays", "",
+             "| layer | M | N | K | dtype | torch F.linear ms | best kernel | kernel ms | TFLOP/s | kernel vs torch | max rel err |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in d["shapes"]:
+        best = r.get("best")
+        c = r["configs"].get(best, {})
+        tf = 2 * r["m"] * r["n"] * r["k"] / c["ms"] / 1e9 if best else float("nan")
+        lines.append(f"| {r['layer']} | {r['m']} | {r['n']} | {r['k']} | {r['dtype']} | {r['torch_ms']:.4f} | {best or '-'} | "
+                     f"{c.get('ms', float('nan')):.4f} | {tf:.0f} | {r.get('vs_torch', float('nan')):.2f}x | {c.get('max_rel_err', float('nan')):.1e} |")
+    return "\n".join(lines) + "\n"
+
+
 def report(results: Path) -> str:
     """A markdown table of a run's JSON: per shape torch (cuBLAS), IREE, the best kernel config."""
     d = json.loads(results.read_text())
@@ -335,8 +563,20 @@ def main() -> None:
     r = sub.add_parser("run"); r.add_argument("folder", type=Path); r.add_argument("--out", type=Path, required=True)
     r.add_argument("--deadline", type=float, default=400)
     m = sub.add_parser("report"); m.add_argument("results", type=Path)
+    sb = sub.add_parser("sweep-build"); sb.add_argument("out", type=Path); sb.add_argument("--dtypes", default="f16,bf16")
+    sb.add_argument("--only", default="", help="layers whose name contains this")
+    sb.add_argument("--odd", action="store_true", help="the SWEEP_ODD shapes instead of the goal's")
+    sr = sub.add_parser("sweep-run"); sr.add_argument("folder", type=Path); sr.add_argument("--out", type=Path, required=True)
+    sr.add_argument("--deadline", type=float, default=300)
+    sp = sub.add_parser("sweep-report"); sp.add_argument("results", type=Path)
     a = p.parse_args()
-    if a.cmd == "build":
+    if a.cmd == "sweep-build":
+        sweep_build(a.out, a.dtypes.split(","), a.only, a.odd)
+    elif a.cmd == "sweep-run":
+        sweep_run(a.folder, a.out, a.deadline)
+    elif a.cmd == "sweep-report":
+        print(sweep_report(a.results), end="")
+    elif a.cmd == "build":
         build(a.out, a.quick, a.persistent)
     elif a.cmd == "report":
         print(report(a.results), end="")

@@ -24,8 +24,9 @@ IREE_COLS = [
     ("cuvil vulkan:ampere", "cuvil_vulkan_ampere"),
     ("cuvil vulkan (portable)", "cuvil_vulkan"),
 ]
-TORCH_COLS = [("torch eager", "eager"), ("torch.compile", "compile_default"), ("reduce-overhead", "compile_reduce_overhead")]
-MODEL_ORDER = ["mlp", "cnn", "transformer", "gpt2", "gpt2s", "block768"]
+TORCH_COLS = [("torch eager", "eager"), ("torch.compile", "compile_default"), ("reduce-overhead", "compile_reduce_overhead"),
+              ("max-autotune", "compile_max_autotune")]
+MODEL_ORDER = ["mlp", "cnn", "transformer", "gpt2", "gpt2s", "block768", "gpt2-12l", "llama-2048", "bert-base"]
 MODEL_DESC = {
     "mlp": "MLP 64-256-256-32 (gelu, silu)",
     "cnn": "SmallCNN 3-16-32 conv+BN+ReLU+pool, 32x32",
@@ -33,6 +34,9 @@ MODEL_DESC = {
     "gpt2": "HF GPT-2, 2 layers, d=64, 4 heads, T=16, vocab 256",
     "gpt2s": "HF GPT-2, 2 layers, d=768, 12 heads, T=128, vocab 256 (GPT-2-small width), sign weights",
     "block768": "examples TransformerBlock d=768, 12 heads, T=128 (GPT-2-small width), sign weights",
+    "gpt2-12l": "HF GPT-2, 12 layers, d=768, 12 heads, T=128, vocab 256, sign weights",
+    "llama-2048": "HF Llama, 2 layers, d=2048, 32/8 heads, FFN 8192 (SwiGLU), T=512, vocab 256, SDPA, sign weights",
+    "bert-base": "HF BERT encoder, 12 layers, d=768, 12 heads, FFN 3072, T=128, vocab 256, sign weights",
 }
 
 
@@ -126,16 +130,19 @@ def markdown(data: dict, date: str, note: str) -> str:
     for n in names:
         L.append(f"| {n} | " + " | ".join(cell_ms(cases[n], k) for _, k in IREE_COLS + TORCH_COLS) + " |")
     L += ["", "## Ratios (torch time / IREE time: above 1x the IREE module is faster, below 1x PyTorch is)", "",
-          "cuvil = `cuda:h200` as shipped (ptx-jit); best torch = the fastest of eager, torch.compile, reduce-overhead.", "",
-          "| case | cuvil vs eager | cuvil vs torch.compile | cuvil vs reduce-overhead | cuvil vs best torch | cuvil vs plain IREE | "
-          "vulkan:ampere vs cuvil cuda |", "|---|---|---|---|---|---|---|"]
+          "cuvil = `cuda:h200` as shipped (ptx-jit), or where a case has no such module `cuda:h200{hopper-mode=target-description}` "
+          "(marked td); best torch = the fastest of the torch modes measured (max-autotune only where the case has it).", "",
+          "| case | cuvil vs eager | cuvil vs torch.compile | cuvil vs reduce-overhead | cuvil vs max-autotune | cuvil vs best torch | "
+          "cuvil vs plain IREE | vulkan:ampere vs cuvil cuda |", "|---|---|---|---|---|---|---|---|"]
     for n in names:
         c = cases[n]
-        cu = latency(c, "cuvil_h200")
+        cu, td = latency(c, "cuvil_h200"), ""
+        if cu is None and latency(c, "cuvil_h200_td"):
+            cu, td = latency(c, "cuvil_h200_td"), " (td)"
         torch_ms = [latency(c, k) for _, k in TORCH_COLS]
         best = min((t for t in torch_ms if t), default=None)
-        L.append(f"| {n} | {ratio(torch_ms[0], cu)} | {ratio(torch_ms[1], cu)} | {ratio(torch_ms[2], cu)} | {ratio(best, cu)} | "
-                 f"{ratio(latency(c, 'plain_h200'), cu)} | {ratio(cu, latency(c, 'cuvil_vulkan_ampere'))} |")
+        L.append(f"| {n}{td} | {ratio(torch_ms[0], cu)} | {ratio(torch_ms[1], cu)} | {ratio(torch_ms[2], cu)} | {ratio(torch_ms[3], cu)} | "
+                 f"{ratio(best, cu)} | {ratio(latency(c, 'plain_h200'), cu)} | {ratio(cu, latency(c, 'cuvil_vulkan_ampere'))} |")
     L += ["", "## Numerics: max|out - ref| / max|ref| against the PyTorch CPU fp32 reference", "",
           "(same input values; fp16 modules, so ~1e-3 is expected; flagged above 2e-2)", "",
           "| case | " + " | ".join(lbl for lbl, _ in IREE_COLS + TORCH_COLS) + " |", "|---" * (1 + len(IREE_COLS) + len(TORCH_COLS)) + "|"]

@@ -279,7 +279,8 @@ def torch_case(case_dir: Path, case: dict) -> dict:
     out["same_weights_as_reference"] = same
     out["param_checksum"] = checksum
     refs = [np.load(case_dir / f) for f in case["refs"]]
-    out.update(torch_modes(model.half().to(DEVICE).eval(), case_dir, case["inputs"]["float16"], refs, same))
+    out.update(torch_modes(model.half().to(DEVICE).eval(), case_dir, case["inputs"]["float16"], refs, same,
+                           max_autotune=case["case"] in os.environ.get("TORCH_MAX_AUTOTUNE", "").split(",")))
     # fp32 too where the case has fp32 modules (its *_f32 variants)
     if any(v.endswith("_f32") for v in case["variants"]) and TORCH_FP32(case["model"]):
         model32, _ = gpu_models.build(case["builder"], case["kwargs"])
@@ -292,9 +293,10 @@ def torch_case(case_dir: Path, case: dict) -> dict:
     return out
 
 
-def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool, cast=None) -> dict:
-    """eager, torch.compile default and reduce-overhead of one model (one dtype) on DEVICE;
-    ``cast``: the dtype floating inputs are converted to first."""
+def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool, cast=None, max_autotune=False) -> dict:
+    """eager, torch.compile default and reduce-overhead of one model (one dtype) on DEVICE, and
+    max-autotune (CUDA graphs too; ~2 min of compiling per model on the H200) with ``max_autotune``
+    (the cases named in $TORCH_MAX_AUTOTUNE); ``cast``: the dtype floating inputs are converted to first."""
     import torch
 
     out = {}
@@ -308,6 +310,8 @@ def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool,
     modes = {"eager": lambda: eager}
     modes["compile_default"] = lambda: torch.compile(model, dynamic=False)
     modes["compile_reduce_overhead"] = lambda: torch.compile(model, mode="reduce-overhead", dynamic=False)
+    if max_autotune:
+        modes["compile_max_autotune"] = lambda: torch.compile(model, mode="max-autotune", dynamic=False)
     if os.environ.get("TORCH_MODES"):  # e.g. eager,compile_reduce_overhead: fewer torch.compile runs
         modes = {k: v for k, v in modes.items() if k in os.environ["TORCH_MODES"].split(",")}
     for mode, make in modes.items():
@@ -316,7 +320,7 @@ def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool,
             with torch.no_grad():
                 fn = make()
                 call = (lambda: fn(*inputs)) if mode != "eager" else fn
-                if mode == "compile_reduce_overhead":
+                if mode in ("compile_reduce_overhead", "compile_max_autotune"):
                     def call(fn=fn):  # a new step for the CUDA-graph tree: earlier outputs may be overwritten
                         torch.compiler.cudagraph_mark_step_begin()
                         return fn(*inputs)

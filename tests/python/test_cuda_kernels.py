@@ -64,9 +64,21 @@ def test_shipped_table_covers_every_linear():
     for spec in (_spec(1, 8, 8), _spec(16, 2048, 2048), _spec(128, 768, 3072), _spec(1024, 3072, 768),
                  _spec(4096, 16384, 2048, "swiglu"), _spec(77, 2816, 512, "swiglu"), _spec()):
         config = ck.select_config(spec)
-        assert config is not None and config.bm in (64, 128) and config.warps in (4, 8)
+        assert config is not None and config.bm in (16, 64, 128) and config.warps in (4, 8)
+        assert config.kind in ("tiles", "persistent", "pointers")
     assert ck.select_config(_spec(4096, 16384, 2048, "swiglu")).bn == 128  # gated: two accumulators
-    assert ck.select_config(_spec(1, 2048, 2048)).bm == 64  # decode rows: the smallest wgmma M
+    decode = ck.select_config(_spec(1, 2048, 2048))
+    assert decode.bm == 16 and decode.kind == "pointers"  # decode rows: 16-row tiles, pointer loads
+    large = ck.select_config(_spec())
+    assert large.kind == "persistent" and large.subtile and ck.grid_of(_spec(), large) == ck.SMS
+
+
+@needs_triton
+def test_subtiled_persistent_kernel_fits_shared_memory_with_four_stages():
+    """Storing the 128x256 tile in two halves leaves room for a 4th stage under sm_90's 227 KiB."""
+    kb = ck.build_linear(_spec(), ck.TileConfig(128, 256, 64, 8, 4, kind="persistent", subtile=True))
+    assert kb.shared_bytes <= ck.MAX_SHARED_BYTES and kb.grid == ck.SMS and kb.config.key == "128x256x64w8s4pe"
+    assert "wgmma.mma_async" in kb.ptx and "cp.async.bulk.tensor" in kb.ptx
 
 
 def test_first_matching_rule_wins_and_iree_means_no_kernel():
@@ -150,6 +162,24 @@ def test_h200_package_records_which_linear_got_which_kernel():
     assert record["kernel"].startswith("cuvil_linear_16x128x64_f16_gelu_tanh_bias_") and record["config"]
     # the second linear (13 out features: rows not 16-byte aligned) stays with IREE
     assert compiled.patterns_fired["lower-cuvil-to-kernels"] == {"linear": 1, "kept: out features 13 not a multiple of 8": 1}
+
+
+@needs_triton
+def test_kernels_combine_with_the_hopper_target_description():
+    """hopper-mode=target-description (IREE's own dispatches as sm_90 PTX) and the kernels
+    (sm_90a cubins in hal.dispatch.extern objects) in one module."""
+    import re
+
+    import cuvil_mlir
+
+    model, args = _mlp()
+    compiled = cuvil_mlir.compile(model, args, target="cuda:h200{hopper-mode=target-description}")
+    (record,) = compiled.metadata["kernels"]
+    assert record["kernel"].startswith("cuvil_linear_16x128x64_f16_gelu_tanh_bias_")
+    vmfb = compiled.modules[0].vmfb
+    assert b".target sm_90\n" in vmfb or b".target sm_90\r" in vmfb  # IREE's codegen for the rest, as sm_90 PTX
+    assert not re.search(rb"\.target sm_8", vmfb)
+    assert vmfb.count(b"\x7fELF") == 1 and record["kernel"].encode() in vmfb  # the kernel's cubin
 
 
 def test_kernels_off_and_other_archs_record_none():
