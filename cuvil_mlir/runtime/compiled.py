@@ -196,8 +196,15 @@ def _preference_order(modules: list[package.PackagedModule], prefer) -> list[pac
 
 
 def load(path: str | os.PathLike, prefer=None) -> CompiledModel:
-    """Read a package and load it on this machine's first usable target (see ``select``)."""
+    """Read a package and load it on this machine's first usable target (see ``select``); a
+    causal LM's package (``cuvil_mlir.compile_causal_lm``) loads as a ``CausalLM``."""
     metadata, modules = package.read(path)
+    if "causal_lm" in metadata:  # prefill + decode over a device-resident KV cache
+        from cuvil_mlir.runtime.generation import CausalLM
+
+        lm = CausalLM(modules, metadata, prefer=prefer)
+        lm.select()
+        return lm
     state = [_boundary.state_from_bytes(package.read_file(path, s["file"], s["sha256"]), s["name"]) for s in metadata.get("state", ())]
     compiled = CompiledModel(modules, metadata, prefer=prefer, state=state)
     compiled.select()
