@@ -89,14 +89,12 @@ class CausalLM(CompiledModel):
 
         ids = np.ascontiguousarray(self._check_prompt(input_ids, 0).cpu().numpy().astype(np.int64))
         length, chunk = ids.shape[1], self.prefill_len
-        logits = None
-        for start in range(0, length, chunk):
-            start = max(0, min(start, length - chunk))  # the last chunk ends at the prompt's end
+        starts = [max(0, min(start, length - chunk)) for start in range(0, length, chunk)]  # the last ends at the prompt's end
+        for start in starts:
             piece = ids[:, start:start + chunk]
             if piece.shape[1] < chunk:  # a prompt shorter than a chunk: pad its end
                 piece = np.concatenate([piece, np.zeros((self.batch, chunk - piece.shape[1]), np.int64)], axis=1)
-            last = min(length, start + chunk) - 1 - start
-            logits = self._call("prefill", piece, start, last)
+            logits = self._call("prefill", piece, start, min(length, start + chunk) - 1 - start, read=start == starts[-1])
         return torch.from_numpy(logits)
 
     def decode(self, token_ids, position: int):
@@ -111,10 +109,12 @@ class CausalLM(CompiledModel):
             raise InputError(f"decode position {position} is outside the cache (max_seq_len {self.max_seq_len})")
         return torch.from_numpy(self._call("decode", np.ascontiguousarray(ids.cpu().numpy().astype(np.int64)), position, 0))
 
-    def _call(self, function: str, ids: np.ndarray, position: int, last: int) -> np.ndarray:
+    def _call(self, function: str, ids: np.ndarray, position: int, last: int, read: bool = True) -> np.ndarray | None:
+        """One call; the logits back on the host when ``read`` (a prefill chunk before the last
+        only fills the cache)."""
         session = self._session_with_cache()
         views = session.invoke_resident(function, [ids, np.array([position], np.int64), np.array([last], np.int64), *self._cache])
-        return session.to_host(views[:1])[0]
+        return session.to_host(views[:1])[0] if read else None
 
     def _session_with_cache(self):
         if self._session is None:
