@@ -161,3 +161,18 @@ def test_cuda_fp16_logits_close():
     with torch.no_grad():
         expected = model.float()(ids).logits[:, -1]
     torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
+
+
+def test_cli_generate(compiled_lm, tmp_path, capsys):
+    from cuvil_mlir.cli import main
+
+    arch, _, lm = compiled_lm
+    if arch != "qwen2":
+        pytest.skip("one architecture is enough")
+    path = tmp_path / "lm.cuvilpkg"
+    lm.save(path)
+    assert main(["generate", str(path), "--prompt-ids", "1,2,3;4,5,6", "--max-new-tokens", "5", "--no-progress"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()[-2:]
+    expected = lm.generate(torch.tensor([[1, 2, 3], [4, 5, 6]]), max_new_tokens=5)
+    assert [list(map(int, r.split(","))) for r in rows] == expected.tolist()
+    assert main(["generate", str(path), "--prompt-ids", "1,2;3", "--no-progress"]) != 0  # ragged rows: an error, no traceback
