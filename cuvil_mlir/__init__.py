@@ -83,8 +83,9 @@ def profile(model, args=(), *, target: str = "cpu", inputs=None, **options) -> d
 def load(path, prefer=None):
     """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile`` on the first
     of its targets (in ``prefer`` order: target specs or kinds; default the package's) that
-    this machine has a device for; later targets take over if it fails."""
-    from cuvil_mlir.runtime.compiled import load as _load
+    this machine has a device for; later targets take over if it fails. A causal LM's package
+    (``compile_causal_lm``) loads as a ``CausalLM``."""
+    from cuvil_mlir.runtime.generation import load as _load
 
     return _load(path, prefer)
 

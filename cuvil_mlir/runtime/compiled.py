@@ -196,15 +196,14 @@ def _preference_order(modules: list[package.PackagedModule], prefer) -> list[pac
 
 
 def load(path: str | os.PathLike, prefer=None) -> CompiledModel:
-    """Read a package and load it on this machine's first usable target (see ``select``); a
-    causal LM's package (``cuvil_mlir.compile_causal_lm``) loads as a ``CausalLM``."""
+    """Read a package and load it on this machine's first usable target (see ``select``).
+    (``cuvil_mlir.load`` also loads a causal LM's package: runtime/generation.py ``load``.)"""
     metadata, modules = package.read(path)
-    if "causal_lm" in metadata:  # prefill + decode over a device-resident KV cache
-        from cuvil_mlir.runtime.generation import CausalLM
+    return from_package(path, metadata, modules, prefer)
 
-        lm = CausalLM(modules, metadata, prefer=prefer)
-        lm.select()
-        return lm
+
+def from_package(path, metadata: dict, modules: list[package.PackagedModule], prefer=None) -> CompiledModel:
+    """The CompiledModel of a package already read, loaded on its first usable target."""
     state = [_boundary.state_from_bytes(package.read_file(path, s["file"], s["sha256"]), s["name"]) for s in metadata.get("state", ())]
     compiled = CompiledModel(modules, metadata, prefer=prefer, state=state)
     compiled.select()

@@ -19,7 +19,8 @@ import time
 import numpy as np
 
 from cuvil_mlir.core.diagnostics import InputError, PackageError
-from cuvil_mlir.runtime.compiled import CompiledModel
+from cuvil_mlir.runtime import package
+from cuvil_mlir.runtime.compiled import CompiledModel, from_package
 
 
 class CausalLM(CompiledModel):
@@ -142,6 +143,17 @@ class CausalLM(CompiledModel):
         if bool((ids < 0).any()) or bool((ids >= self.vocab_size).any()):
             raise InputError(f"input_ids has token ids outside the vocabulary [0, {self.vocab_size})")
         return ids.to(torch.int64)
+
+
+def load(path, prefer=None):
+    """A package on this machine's first usable target: a ``CausalLM`` for a causal LM's
+    package (metadata ``causal_lm``), else a ``CompiledModel``."""
+    metadata, modules = package.read(path)
+    if "causal_lm" not in metadata:
+        return from_package(path, metadata, modules, prefer)
+    lm = CausalLM(modules, metadata, prefer=prefer)
+    lm.select()
+    return lm
 
 
 def _as_list(value) -> list[int]:
