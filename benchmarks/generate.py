@@ -135,7 +135,7 @@ def main() -> None:
     p.add_argument("--dtype", default="fp32", choices=["fp32", "fp16"])
     p.add_argument("--cases", default="1x128,8x128", help="BATCHxCONTEXT, comma-separated")
     p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--prefill-len", type=int, default=64)
+    p.add_argument("--prefill-len", type=int, default=128)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--backends", default="cuvil,eager,compile")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode (default: its default; reduce-overhead on a GPU)")

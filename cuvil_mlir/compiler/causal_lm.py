@@ -27,8 +27,7 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
                       precision: str = "fp32", opt_level: int = 3):
     """Compile ``hf_model`` (a transformers ``*ForCausalLM``) for ``batch`` sequences of up to
     ``max_seq_len`` tokens (prompt and new tokens); prompts are prefilled ``prefill_len`` tokens
-    at a time (default: min(max_seq_len, 64); a 128-token chunk of GPT-2 124M overflows llvm-cpu's
-    stack limit at O3, docs/known-issues.md). Returns a ``cuvil_mlir.runtime.generation.CausalLM``."""
+    at a time (default: min(max_seq_len, 128)). Returns a ``cuvil_mlir.runtime.generation.CausalLM``."""
     import torch
 
     from cuvil_mlir.compiler.export_modes import export_module
@@ -36,7 +35,7 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
     from cuvil_mlir.runtime.generation import CausalLM
 
     config = _check_model(hf_model, max_seq_len, batch)
-    prefill_len = min(max_seq_len, 64) if prefill_len is None else prefill_len
+    prefill_len = min(max_seq_len, 128) if prefill_len is None else prefill_len
     if not 1 <= prefill_len <= max_seq_len:
         raise InputError(f"prefill_len must be in 1..max_seq_len ({max_seq_len}), got {prefill_len}")
     cache = [torch.zeros(shape, dtype=dtype) for shape, dtype in _cache_layout(hf_model, batch, max_seq_len)]
