@@ -43,6 +43,18 @@ def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns
     return compile_program(model, args, options, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
 
 
+def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len: int | None = None, target: str = "cpu",
+                      precision: str = "fp32", opt_level: int = 3):
+    """Compile a transformers causal LM (GPT-2, Llama, Mistral, Qwen2, ...) for generation: one
+    package with a ``prefill`` and a ``decode`` function over a KV cache for ``batch`` sequences
+    of up to ``max_seq_len`` tokens, kept on the device and updated in place (docs/generation.md).
+    Returns a ``CausalLM``: ``.generate(input_ids, max_new_tokens=...)`` as transformers'."""
+    from cuvil_mlir.compiler.causal_lm import compile_causal_lm as _compile
+
+    return _compile(hf_model, max_seq_len=max_seq_len, batch=batch, prefill_len=prefill_len, target=target,
+                    precision=precision, opt_level=opt_level)
+
+
 def lower(model, args=(), *, stage: str = "cuvil", target: str = "cpu", patterns=(), elide_weights: bool = True) -> str:
     """The MLIR text of ``model`` after ``stage`` ("torch", "cuvil", "lowered")."""
     from cuvil_mlir.compiler.pipeline import Options, compile_program
@@ -74,8 +86,9 @@ def load(path, prefer=None, *, verify: bool = True):
     """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile`` on the first
     of its targets (in ``prefer`` order: target specs or kinds; default the package's) that
     this machine has a device for; later targets take over if it fails. A parameter archive is
-    mapped, not read; ``verify=False`` skips its sha256 check (its size and place are still checked)."""
-    from cuvil_mlir.runtime.compiled import load as _load
+    mapped, not read; ``verify=False`` skips its sha256 check (its size and place are still checked).
+    A causal LM's package (``compile_causal_lm``) loads as a ``CausalLM``."""
+    from cuvil_mlir.runtime.generation import load as _load
 
     return _load(path, prefer, verify=verify)
 
@@ -90,4 +103,4 @@ def jit(fn=None, **options):
     return _jit(fn, **options)
 
 
-__all__ = ["compile", "lower", "load", "calibrate", "jit", "profile", "CuvilError", "__version__"]
+__all__ = ["compile", "compile_causal_lm", "lower", "load", "calibrate", "jit", "profile", "CuvilError", "__version__"]

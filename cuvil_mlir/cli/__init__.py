@@ -30,6 +30,7 @@ import argparse
 from cuvil_mlir.cli import build
 from cuvil_mlir.cli import cache
 from cuvil_mlir.cli import evaluate
+from cuvil_mlir.cli import generate
 from cuvil_mlir.cli import info
 from cuvil_mlir.cli import profile
 from cuvil_mlir.cli.common import guarded, parse_args
@@ -40,6 +41,7 @@ COMMAND_GROUPS = (
     build,  # compile, run, inspect
     info,  # passes, targets
     evaluate,  # compare, bench, check-patterns, accuracy
+    generate,  # generate
     profile,  # profile
     cache,  # cache [info|clear|prune]
 )

@@ -169,6 +169,34 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     return _compiled(built, {**_metadata(signature, built, options, import_seconds), "pipeline": "plain-iree"}, prepared)
 
 
+def compile_functions(programs: dict, options: Options, *, entry: str, emit: str | None = None, elide_weights: bool = True):
+    """Several ExportedPrograms compiled as the functions of one module (per target), by name:
+    the weights they share are one copy in the vmfb (IREE folds identical constants), and an
+    input a program mutates in place stays one device buffer the function updates
+    (importers/fx.py ``import_functions``). Returns (the modules, their metadata: the
+    signature is ``entry``'s), or an Emitted when ``emit`` names a stage."""
+    targets = parse_targets(options.target, opt_level=options.opt_level)
+    check_disabled(options)
+    precision.stage_passes(options.precision, options.calibration)
+    start = time.perf_counter()
+    ctx = make_context()
+    module = fx.import_functions(programs, ctx)
+    signature = signature_of(module, entry)
+    import_seconds = time.perf_counter() - start
+    if emit == IMPORT_STAGE:
+        return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
+    imported = module_to_bytecode(module)
+    built = []
+    for target in targets:
+        result = _compile_for_target(target, imported, ctx, options, emit, elide_weights, entry)
+        if isinstance(result, Emitted):
+            return result
+        built.append(result)
+    if emit is not None:
+        raise CuvilError(f"unknown stage '{emit}'; stages: {', '.join(stage_names(options.target)[:-1])}")
+    return [b.module for b in built], {**_metadata(signature, built, options, import_seconds), "function": entry}
+
+
 def _import(model, args, kwargs, dynamic_shapes, ctx, *, params_mode: str, plain: bool = False,
             failed: tuple[str, ...] = (), **options):
     """torch-mlir's import: an ONNX model through its ONNX importer (no torch.export signature:
@@ -241,17 +269,17 @@ class OptLevelFallbackWarning(UserWarning):
     """IREE failed at the asked optimization level and the module was compiled at a lower one."""
 
 
-def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, elide_weights):
+def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, elide_weights, entry: str = "main"):
     """``_compile_variants``; when IREE fails at every variant, retry at lower optimization
     levels: some IREE codegen paths fail only at O2/O3 (max_pool2d with indices on the CPU:
     "write affecting operations on global resources are restricted to workgroup distributed
     contexts"), and a slower module beats no module. The flags used are recorded per module."""
     try:
-        return _compile_variants(target, imported, ctx, options, emit, elide_weights)
+        return _compile_variants(target, imported, ctx, options, emit, elide_weights, entry)
     except CompileError as e:
         for level in (lvl for lvl in (1, 0) if lvl < target.opt_level):
             try:
-                built = _compile_variants(dataclasses.replace(target, opt_level=level), imported, ctx, options, emit, elide_weights)
+                built = _compile_variants(dataclasses.replace(target, opt_level=level), imported, ctx, options, emit, elide_weights, entry)
             except CompileError:
                 continue
             warnings.warn(f"target '{target.spec}': IREE failed at O{target.opt_level} ({e.message}); compiled at O{level}",
@@ -260,9 +288,10 @@ def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, el
         raise
 
 
-def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elide_weights):
+def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elide_weights, entry: str = "main"):
     """Run the target's stages and IREE; on an IREE failure retry with the target's
-    fallback stage lists (skipping any that lower to the same IR)."""
+    fallback stage lists (skipping any that lower to the same IR). ``entry``: the function
+    whose signature the package records."""
     failures: list[tuple[tuple, CompileError]] = []
     tried: set[bytes] = set()
     for stages in target.variants():
@@ -275,7 +304,7 @@ def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elid
             seconds[stage] = round(time.perf_counter() - start, 4)
             if emit == stage:
                 return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
-        signature = signature_of(module)
+        signature = signature_of(module, entry)
         lowered = module_to_bytecode(module)
         if lowered in tried:
             continue

@@ -203,8 +203,15 @@ def load(path: str | os.PathLike, prefer=None, *, verify: bool = True) -> Compil
     """Read a package and load it on this machine's first usable target (see ``select``).
     The parameter archive is mapped, not read; ``verify`` checks it against its sha256 first
     (reading it once); ``verify=False`` checks only its place and size (a truncated package is
-    still rejected), for loading a multi-GB package in about the time of mapping it."""
+    still rejected), for loading a multi-GB package in about the time of mapping it.
+    (``cuvil_mlir.load`` also loads a causal LM's package: runtime/generation.py ``load``.)"""
     metadata, modules = package.read(path)
+    return from_package(path, metadata, modules, prefer, verify=verify)
+
+
+def from_package(path, metadata: dict, modules: list[package.PackagedModule], prefer=None, *,
+                 verify: bool = True) -> CompiledModel:
+    """The CompiledModel of a package already read, loaded on its first usable target."""
     state = [_boundary.state_from_bytes(package.read_file(path, s["file"], s["sha256"]), s["name"]) for s in metadata.get("state", ())]
     parameters = package.read_parameters(path, metadata)
     if parameters is not None:

@@ -155,6 +155,42 @@ class Session:
         except Exception as e:
             raise RuntimeFailure(f"calling '{function}' on driver '{self.driver}' failed: {one_line(e)}") from e
 
+    def device_zeros(self, shape, dtype: str):
+        """A zero-filled buffer on this session's device (a HAL buffer view) that stays there:
+        pass it to ``invoke_resident`` as often as needed, a function that updates it in
+        place (a mutable argument) writes into it."""
+        try:
+            return self._to_device(np.zeros(tuple(shape), dtype=np.dtype(dtype)))
+        except RuntimeFailure:
+            raise
+        except Exception as e:
+            raise RuntimeFailure(f"allocating a {dtype}{list(shape)} buffer on driver '{self.driver}' failed: {one_line(e)}") from e
+
+    def invoke_resident(self, function: str, args: list) -> list:
+        """Call ``function`` with numpy arrays (copied to the device) and device buffers (from
+        ``device_zeros`` or earlier results: passed as they are); its results stay on the
+        device (``to_host`` brings them back)."""
+        import iree.runtime as rt
+
+        try:
+            vm_args = rt.VmVariantList(len(args))
+            for a in args:
+                vm_args.push_ref(self._to_device(a) if isinstance(a, np.ndarray) else a)
+            results = rt.VmVariantList(4)
+            self._ctx.vm_context.invoke(self._vm_function(function), vm_args, results)
+            return [results.get_as_object(i, rt.HalBufferView) for i in range(len(results))]
+        except RuntimeFailure:
+            raise
+        except Exception as e:
+            raise RuntimeFailure(f"calling '{function}' on driver '{self.driver}' failed: {one_line(e)}") from e
+
+    def to_host(self, views) -> list[np.ndarray]:
+        """Device buffers (results of ``invoke_resident``) as numpy arrays."""
+        try:
+            return self._to_host(views)
+        except Exception as e:
+            raise RuntimeFailure(f"reading results back from driver '{self.driver}' failed: {one_line(e)}") from e
+
     # DLPack device type codes (dlpack.h): where this driver's buffers live
     DLPACK_DEVICE = {"cuda": 2, "hip": 10, "local-task": 1, "local-sync": 1}
 

@@ -77,7 +77,8 @@ _COMPLEX = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],complex<(f32|f64)>>$")
 
 
 def spec_from_type(type_text: str) -> TensorSpec:
-    info = parse_vtensor(type_text)
+    # a mutable argument (!torch.tensor: the function updates it in place) is a tensor at IREE's ABI too
+    info = parse_vtensor(re.sub(r"^!torch\.tensor<", "!torch.vtensor<", type_text.strip()))
     complex_match = _COMPLEX.match(type_text.strip()) if info is None else None
     if complex_match:  # complex64/complex128: numpy and IREE's runtime hold them
         dims = complex_match.group(1)

@@ -113,6 +113,43 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
         raise ImportError_(f"torch-mlir could not import the program: {type(e).__name__}: {_short(e)}") from e
 
 
+def import_functions(programs: dict, ctx: ir.Context, *, kept_ops=KEPT_OPS) -> ir.Module:
+    """Several ExportedPrograms -> one torch-dialect module, one function per program (by name).
+
+    Unlike ``import_program``, inputs a program mutates in place are kept mutable: such an
+    argument is a ``!torch.tensor`` read with ``torch.copy.to_vtensor`` and written back with
+    ``torch.overwrite.tensor.contents``, which IREE's torch input turns into a buffer the
+    function updates in place (no copy of the argument per call: a generation's KV cache).
+    Mutated buffers are not supported here (pass them as arguments)."""
+    from torch_mlir import fx
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    importer = _with_module_paths(FxImporter(context=ctx, hooks=_readable_weights_hooks()))
+    names = list(programs)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            for i, name in enumerate(names):
+                program = _with_non_persistent_buffers(programs[name].run_decompositions(_decomposition_table(kept_ops)))
+                if program.graph_signature.buffers_to_mutate:
+                    raise ImportError_(f"function '{name}' mutates buffers {sorted(program.graph_signature.buffers_to_mutate.values())}; "
+                                       "pass state as arguments the program updates in place")
+                module = fx.export_and_import(
+                    program,
+                    output_type="torch" if i == len(names) - 1 else "raw",  # lower once, every function
+                    fx_importer=importer,
+                    decomposition_table={},
+                    backend_legal_ops=[f"aten.{op}" for op in kept_ops] or None,
+                    func_name=name,
+                    experimental_support_mutation=True,
+                )
+            return module
+    except ImportError_:
+        raise
+    except Exception as e:
+        raise ImportError_(f"torch-mlir could not import the programs {names}: {type(e).__name__}: {_short(e)}") from e
+
+
 def _with_module_paths(importer):
     """Name every op's location after the nn.Module it came from (``layers.0.attn.q_proj``):
     torch-mlir's locations are only the Python stack's files and lines. The name is what the

@@ -1,0 +1,207 @@
+"""``CausalLM``: token generation with a compiled causal LM (cuvil_mlir/compiler/causal_lm.py).
+
+The package holds one module per target with two functions, ``prefill`` and ``decode``, and
+metadata ``causal_lm`` (batch, max_seq_len, prefill_len, the cache's tensors). The KV cache is
+allocated once on the device when a target is chosen and passed to every call as it is: the
+functions update it in place, nothing of it crosses to the host. Per step only the new token
+ids go in and the last position's logits come out.
+
+A prompt is prefilled ``prefill_len`` tokens at a time. The last chunk ends at the prompt's
+last token: it starts earlier when the prompt is longer than a chunk (recomputing a few cached
+positions gives the same keys and values) and is padded at its end when the prompt is shorter
+(padding writes cache slots that decode overwrites before any token attends to them).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from cuvil_mlir.core.diagnostics import InputError, PackageError
+from cuvil_mlir.runtime import package
+from cuvil_mlir.runtime.compiled import CompiledModel, from_package
+
+
+class CausalLM(CompiledModel):
+    """A compiled causal LM: ``generate(input_ids, max_new_tokens=...)`` like transformers'."""
+
+    def __init__(self, modules, metadata: dict, *, prefer=None):
+        super().__init__(modules, metadata, prefer=prefer)
+        try:
+            lm = metadata["causal_lm"]
+            self.batch, self.max_seq_len, self.prefill_len = int(lm["batch"]), int(lm["max_seq_len"]), int(lm["prefill_len"])
+            self.cache_layout = [(tuple(c["shape"]), c["dtype"]) for c in lm["cache"]]
+            self.vocab_size = int(lm["vocab_size"])
+            self.eos_token_id = lm.get("eos_token_id")
+            self.pad_token_id = lm.get("pad_token_id")
+        except (KeyError, TypeError, ValueError) as e:
+            raise PackageError(f"the package's causal_lm metadata is malformed ({type(e).__name__}: {e})") from e
+        self._cache: list | None = None  # device buffers of the session that holds them
+        self._cache_session = None
+
+    def __call__(self, *args, **kwargs):
+        raise InputError("a compiled causal LM is run with .generate(input_ids, max_new_tokens=...), or .prefill / .decode")
+
+    def generate(self, input_ids, max_new_tokens: int = 20, *, do_sample: bool = False, temperature: float = 1.0,
+                 top_k: int | None = None, top_p: float | None = None, eos_token_id=None, pad_token_id=None,
+                 streamer=None, progress: bool = False, generator=None):
+        """The prompt plus up to ``max_new_tokens`` new tokens per row, as transformers'
+        ``generate`` returns them (greedy by default; ``do_sample`` samples with ``temperature``,
+        ``top_k``, ``top_p``). Rows that produced an end-of-sequence token are padded after it,
+        and generation stops when every row has. ``streamer``: an object with ``put(ids)`` and
+        ``end()`` (transformers' TextStreamer); ``progress``: a progress bar on the terminal
+        that shows the tokens of row 0 as they come."""
+        import torch
+
+        ids = self._check_prompt(input_ids, max_new_tokens)
+        eos = _as_list(eos_token_id if eos_token_id is not None else self.eos_token_id)
+        pad = pad_token_id if pad_token_id is not None else (self.pad_token_id if self.pad_token_id is not None else (eos[0] if eos else 0))
+        bar = _Progress(max_new_tokens) if progress else None
+        if streamer is not None:
+            streamer.put(ids.cpu())
+        out = [ids]
+        finished = torch.zeros(self.batch, dtype=torch.bool)
+        logits = self.prefill(ids)
+        for step in range(max_new_tokens):
+            token = _choose(logits, do_sample, temperature, top_k, top_p, generator)
+            token = torch.where(finished, torch.full_like(token, pad), token)
+            out.append(token[:, None])
+            if streamer is not None:
+                streamer.put(token.cpu())
+            if bar is not None:
+                bar.advance(int(token[0]))
+            if eos:
+                finished |= torch.isin(token, torch.tensor(eos))
+                if bool(finished.all()):
+                    break
+            if step + 1 < max_new_tokens:
+                logits = self.decode(token[:, None], ids.shape[1] + step)
+        if streamer is not None:
+            streamer.end()
+        if bar is not None:
+            bar.close()
+        return torch.cat(out, dim=1).to(ids.device)
+
+    def prefill(self, input_ids):
+        """Fill the cache with the prompt ``input_ids`` ([batch, L], L <= max_seq_len);
+        returns the logits after its last token ([batch, vocab], torch)."""
+        import torch
+
+        ids = np.ascontiguousarray(self._check_prompt(input_ids, 0).cpu().numpy().astype(np.int64))
+        length, chunk = ids.shape[1], self.prefill_len
+        starts = [max(0, min(start, length - chunk)) for start in range(0, length, chunk)]  # the last ends at the prompt's end
+        for start in starts:
+            piece = ids[:, start:start + chunk]
+            if piece.shape[1] < chunk:  # a prompt shorter than a chunk: pad its end
+                piece = np.concatenate([piece, np.zeros((self.batch, chunk - piece.shape[1]), np.int64)], axis=1)
+            logits = self._call("prefill", piece, start, min(length, start + chunk) - 1 - start, read=start == starts[-1])
+        return torch.from_numpy(logits)
+
+    def decode(self, token_ids, position: int):
+        """One step: ``token_ids`` ([batch, 1]) at ``position`` (the number of tokens before it
+        in the cache); returns the next logits ([batch, vocab], torch)."""
+        import torch
+
+        ids = torch.as_tensor(token_ids)
+        if tuple(ids.shape) != (self.batch, 1):
+            raise InputError(f"decode takes token ids of shape [{self.batch}, 1], got {list(ids.shape)}")
+        if not 0 <= position < self.max_seq_len:
+            raise InputError(f"decode position {position} is outside the cache (max_seq_len {self.max_seq_len})")
+        return torch.from_numpy(self._call("decode", np.ascontiguousarray(ids.cpu().numpy().astype(np.int64)), position, 0))
+
+    def _call(self, function: str, ids: np.ndarray, position: int, last: int, read: bool = True) -> np.ndarray | None:
+        """One call; the logits back on the host when ``read`` (a prefill chunk before the last
+        only fills the cache)."""
+        session = self._session_with_cache()
+        views = session.invoke_resident(function, [ids, np.array([position], np.int64), np.array([last], np.int64), *self._cache])
+        return session.to_host(views[:1])[0] if read else None
+
+    def _session_with_cache(self):
+        if self._session is None:
+            self.select()
+        if self._cache_session is not self._session:  # a new device: a new cache on it
+            self._cache = [self._session.device_zeros(shape, dtype) for shape, dtype in self.cache_layout]
+            self._cache_session = self._session
+        return self._session
+
+    def _check_prompt(self, input_ids, max_new_tokens: int):
+        import torch
+
+        ids = torch.as_tensor(input_ids)
+        if ids.dim() == 1:
+            ids = ids[None, :]
+        if ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
+            raise InputError(f"input_ids must be integer token ids of shape [batch, length], got {ids.dtype} {list(ids.shape)}")
+        if ids.shape[0] != self.batch:
+            raise InputError(f"this model was compiled for batch {self.batch}; input_ids has batch {ids.shape[0]}")
+        if ids.shape[1] < 1:
+            raise InputError("input_ids is empty: the prompt needs at least one token")
+        if ids.shape[1] + max_new_tokens > self.max_seq_len:
+            raise InputError(f"prompt ({ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) exceeds max_seq_len "
+                             f"{self.max_seq_len} the model was compiled for")
+        if bool((ids < 0).any()) or bool((ids >= self.vocab_size).any()):
+            raise InputError(f"input_ids has token ids outside the vocabulary [0, {self.vocab_size})")
+        return ids.to(torch.int64)
+
+
+def load(path, prefer=None, *, verify: bool = True):
+    """A package on this machine's first usable target: a ``CausalLM`` for a causal LM's
+    package (metadata ``causal_lm``), else a ``CompiledModel`` (``verify``: its parameter
+    archive's sha256 is checked, runtime/compiled.py ``load``)."""
+    metadata, modules = package.read(path)
+    if "causal_lm" not in metadata:
+        return from_package(path, metadata, modules, prefer, verify=verify)
+    lm = CausalLM(modules, metadata, prefer=prefer)
+    lm.select()
+    return lm
+
+
+def _as_list(value) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+
+
+def _choose(logits, do_sample: bool, temperature: float, top_k, top_p, generator):
+    """The next token per row: argmax, or a sample as transformers' warpers draw it
+    (temperature, then top-k, then top-p)."""
+    import torch
+
+    logits = logits.float()
+    if not do_sample:
+        return logits.argmax(dim=-1)
+    if temperature <= 0:
+        raise InputError(f"temperature must be > 0, got {temperature}")
+    logits = logits / temperature
+    if top_k is not None and top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        ordered, order = torch.sort(logits, descending=False)
+        drop = ordered.softmax(-1).cumsum(-1) <= 1 - top_p
+        drop[:, -1] = False
+        logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+
+
+class _Progress:
+    """A rich progress bar over the new tokens, its text the latest ids of row 0."""
+
+    def __init__(self, total: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[rate]} tok/s"), transient=False)
+        self.task = self.bar.add_task("", total=total, rate="-")
+        self.tokens: list[int] = []
+        self.start = time.perf_counter()
+        self.bar.start()
+
+    def advance(self, token: int) -> None:
+        self.tokens.append(token)
+        rate = f"{len(self.tokens) / max(time.perf_counter() - self.start, 1e-9):.1f}"
+        self.bar.update(self.task, advance=1, description=" ".join(map(str, self.tokens[-12:])), rate=rate)
+
+    def close(self) -> None:
+        self.bar.stop()

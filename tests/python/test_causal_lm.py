@@ -1,0 +1,178 @@
+"""compile_causal_lm: prefill + decode over a device-resident KV cache (docs/generation.md).
+
+Small configs with random weights; greedy tokens must equal transformers' generate (eager,
+fp32) for 64 new tokens on the CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuvil_mlir
+from cuvil_mlir.core.diagnostics import InputError
+from cuvil_mlir.runtime.generation import CausalLM
+from cuvil_mlir.runtime.session import Session, available_devices
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+BATCH, MAX_SEQ, CHUNK, NEW = 2, 80, 8, 64
+
+
+def _config(arch: str):
+    common = dict(vocab_size=8192, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=128)
+    if arch == "gpt2":
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=8192, n_embd=64, n_layer=2, n_head=4, n_positions=128))
+    if arch == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+    if arch == "mistral":
+        return transformers.MistralForCausalLM(transformers.MistralConfig(**common, sliding_window=None))
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama", "mistral", "qwen2"])
+def compiled_lm(request):
+    torch.manual_seed(0)
+    model = _config(request.param).eval()
+    model.generation_config.eos_token_id = None  # random weights: compare all 64 tokens
+    return request.param, model, cuvil_mlir.compile_causal_lm(model, max_seq_len=MAX_SEQ, batch=BATCH, prefill_len=CHUNK)
+
+
+@pytest.mark.parametrize("prompt_len", [13, 5])  # longer than a prefill chunk (overlapping last chunk), shorter (padded)
+def test_greedy_tokens_equal_transformers(compiled_lm, prompt_len):
+    arch, model, lm = compiled_lm
+    ids = torch.randint(0, 8192, (BATCH, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False)
+    got = lm.generate(ids, max_new_tokens=NEW)
+    assert got.shape == (BATCH, prompt_len + NEW)
+    assert torch.equal(got, expected), f"{arch}: first difference at {(got != expected).nonzero()[:1].tolist()}"
+
+
+def test_one_module_two_functions_fused(compiled_lm):
+    arch, model, lm = compiled_lm
+    fired = lm.patterns_fired
+    assert fired["raise-torch-to-cuvil"]["sdpa"] == 2 * 2  # one cuvil.attention per layer in prefill and in decode
+    if arch != "gpt2":  # GPT-2's c_attn is one matmul already
+        assert fired["fuse-horizontal"]["horizontal_linears"] == 2 * 2  # q, k, v as one linear
+        assert fired["fuse-gated-ffn"]["gated_ffn"] == 2 * 2  # gate and up as one
+    weight_bytes = sum(t.numel() * 4 for t in model.state_dict().values())  # tied embeddings counted twice
+    assert len(lm.modules[0].vmfb) < 1.5 * weight_bytes  # one copy of the weights for both functions, not two
+
+
+def test_cache_stays_on_device(compiled_lm, monkeypatch):
+    _, model, lm = compiled_lm
+    ids = torch.randint(0, 8192, (BATCH, 9))
+    lm.generate(ids, max_new_tokens=2)
+    cache = list(lm._cache)
+    read_back = []
+    original = Session.to_host
+
+    def spy(self, views):
+        read_back.extend(int(v.byte_length) for v in views)
+        return original(self, views)
+
+    monkeypatch.setattr(Session, "to_host", spy)
+    lm.generate(ids, max_new_tokens=6)
+    assert all(a is b for a, b in zip(lm._cache, cache))  # the same device buffers, not new ones per step
+    logits_bytes = BATCH * lm.vocab_size * 4
+    assert read_back == [logits_bytes] * 6  # per step only the logits come back, never the cache
+    monkeypatch.undo()
+    # the functions wrote the cache in place: it holds the keys transformers computes
+    with torch.no_grad():
+        out = model(ids, use_cache=True)
+    keys = lm._session.to_host(cache[:1])[0]
+    np.testing.assert_allclose(keys[:, :, :9], out.past_key_values.layers[0].keys.numpy(), atol=1e-5)
+
+
+def test_bad_calls(compiled_lm):
+    _, _, lm = compiled_lm
+    with pytest.raises(InputError, match="exceeds max_seq_len 80"):
+        lm.generate(torch.zeros(BATCH, 20, dtype=torch.int64), max_new_tokens=61)
+    with pytest.raises(InputError, match="compiled for batch 2; input_ids has batch 3"):
+        lm.generate(torch.zeros(3, 4, dtype=torch.int64), max_new_tokens=2)
+    with pytest.raises(InputError, match="outside the vocabulary"):
+        lm.generate(torch.full((BATCH, 4), 9000), max_new_tokens=2)
+    with pytest.raises(InputError, match="integer token ids"):
+        lm.generate(torch.zeros(BATCH, 4), max_new_tokens=2)
+    with pytest.raises(InputError, match=r"\.generate"):
+        lm(torch.zeros(BATCH, 4, dtype=torch.int64))
+
+
+def test_save_load_and_sampling(compiled_lm, tmp_path):
+    arch, _, lm = compiled_lm
+    if arch != "llama":
+        pytest.skip("one architecture is enough")
+    path = tmp_path / "lm.cuvilpkg"
+    lm.save(path)
+    loaded = cuvil_mlir.load(path)
+    assert isinstance(loaded, CausalLM) and loaded.max_seq_len == MAX_SEQ
+    ids = torch.randint(0, 8192, (BATCH, 7))
+    assert torch.equal(loaded.generate(ids, max_new_tokens=10), lm.generate(ids, max_new_tokens=10))
+    sampled = [lm.generate(ids, max_new_tokens=10, do_sample=True, top_k=50, top_p=0.9, generator=torch.Generator().manual_seed(1))
+               for _ in range(2)]
+    assert torch.equal(sampled[0], sampled[1]) and torch.equal(sampled[0][:, :7], ids)
+    with pytest.raises(InputError, match="temperature"):
+        lm.generate(ids, max_new_tokens=2, do_sample=True, temperature=0)
+
+
+def test_eos_stops_and_pads(compiled_lm):
+    arch, _, lm = compiled_lm
+    if arch != "gpt2":
+        pytest.skip("one architecture is enough")
+    ids = torch.randint(0, 8192, (BATCH, 6))
+    free = lm.generate(ids, max_new_tokens=8)
+    eos = int(free[0, 6])  # row 0's first new token
+    got = lm.generate(ids, max_new_tokens=8, eos_token_id=eos, pad_token_id=7)
+    assert torch.equal(got[0, :7], free[0, :7]) and (got[0, 7:] == 7).all()
+    if eos not in free[1, 6:].tolist():  # row 1 runs on: all 8 new tokens, as without eos
+        assert torch.equal(got[1], free[1])
+
+
+def test_compile_errors():
+    model = _config("llama").eval()
+    with pytest.raises(InputError, match="max_position_embeddings"):
+        cuvil_mlir.compile_causal_lm(model, max_seq_len=4096)
+    with pytest.raises(InputError, match="prefill_len"):
+        cuvil_mlir.compile_causal_lm(model, max_seq_len=16, prefill_len=32)
+    windowed = transformers.MistralForCausalLM(transformers.MistralConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, sliding_window=16, max_position_embeddings=128))
+    with pytest.raises(InputError, match="sliding window"):
+        cuvil_mlir.compile_causal_lm(windowed, max_seq_len=64)
+    with pytest.raises(InputError, match="transformers causal LM"):
+        cuvil_mlir.compile_causal_lm(torch.nn.Linear(2, 2), max_seq_len=16)
+
+
+def _cuda_ready() -> bool:
+    return torch.cuda.is_available() and bool(available_devices().get("cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_ready(), reason="needs a CUDA device for both torch and IREE's cuda driver")
+def test_cuda_fp16_logits_close():
+    torch.manual_seed(0)
+    model = _config("llama").eval()
+    lm = cuvil_mlir.compile_causal_lm(model.half(), max_seq_len=MAX_SEQ, batch=BATCH, prefill_len=CHUNK, target="cuda")
+    ids = torch.randint(0, 8192, (BATCH, 13))
+    got = lm.prefill(ids).float()
+    with torch.no_grad():
+        expected = model.float()(ids).logits[:, -1]
+    torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
+
+
+def test_cli_generate(compiled_lm, tmp_path, capsys):
+    from cuvil_mlir.cli import main
+
+    arch, _, lm = compiled_lm
+    if arch != "qwen2":
+        pytest.skip("one architecture is enough")
+    path = tmp_path / "lm.cuvilpkg"
+    lm.save(path)
+    assert main(["generate", str(path), "--prompt-ids", "1,2,3;4,5,6", "--max-new-tokens", "5", "--no-progress"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()[-2:]
+    expected = lm.generate(torch.tensor([[1, 2, 3], [4, 5, 6]]), max_new_tokens=5)
+    assert [list(map(int, r.split(","))) for r in rows] == expected.tolist()
+    assert main(["generate", str(path), "--prompt-ids", "1,2;3", "--no-progress"]) != 0  # ragged rows: an error, no traceback
