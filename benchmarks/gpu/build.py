@@ -113,6 +113,7 @@ VARIANTS = {
     "cuvil_vulkan": ("cuvil", "vulkan"),
     # only to try run_on_h200.py on this CPU machine (BENCH_TORCH_DEVICE=cpu); not measured there
     "cuvil_cpu": ("cuvil", "cpu"),
+    "cuvil_cpu_ext": ("cuvil", "cpu", {"params": "external"}),  # the same with the weights in a parameter archive
     # precision policies, from the fp32 model (names end in _f32: the fp32 model is the input)
     "cuvil_h200_p16_f32": ("cuvil", "cuda:h200", {"precision": "fp16"}),
     "cuvil_h200_int8w_f32": ("cuvil", "cuda:h200", {"precision": "int8-weight"}),
@@ -135,7 +136,11 @@ VARIANTS = {
 # what `compile` builds when --variants is not given
 DEFAULT_VARIANTS = ("cuvil_h200", "cuvil_h200_td", "plain_h200", "cuvil_vulkan_ampere")
 # the end-to-end comparison at real sizes (issue 15): the Hopper kernels with the Hopper target description
-E2E_VARIANTS = ("cuvil_h200_td",)
+# and, the "before" of the kernels in the same run, cuda:h200{kernels=off} (ptx-jit, IREE's codegen for every op:
+# the path issue 14's table measured)
+E2E_VARIANTS = ("cuvil_h200_td", "cuvil_h200_nokern")
+# when a variant compiled only below O3 (the compile ladder), also build this one
+FALLBACK_ALSO = {"cuvil_h200_td": "cuvil_h200"}
 ABLATION_VARIANTS = ("cuvil_h200", *(v for v in VARIANTS if v.startswith("cuvil_h200_no_")), "plain_h200")
 PRECISION_VARIANTS = ("cuvil_h200", "cuvil_h200_f32", "cuvil_h200_p16_f32", "cuvil_h200_p16io_f32", "cuvil_h200_bf16_f32",
                       "cuvil_h200_int8w_f32", "cuvil_h200_int4w_f32", "cuvil_h200_int8_f32", "cuvil_h200_w8a16_f32",
@@ -282,16 +287,26 @@ def compile_cuvil(model, args, spec: str, **options):
 
 def _compile_cuvil(model, args, spec: str, **options):
     import cuvil_mlir
+    from cuvil_mlir.compiler.pipeline import Options, compile_program
     from cuvil_mlir.compiler.precision import parse_policy
 
     if parse_policy(options.get("precision")).name == "int8":
         options["calibration"] = cuvil_mlir.calibrate(model, calibration_samples(args), target=spec)
-    cm = cuvil_mlir.compile(model, args, target=spec, **options)
+    for key in ("disabled_passes", "patterns", "disabled_patterns"):
+        if key in options:
+            options[key] = tuple(options[key])
+    cm = compile_program(model, args, Options(target=spec, **options))
     m = cm.modules[0]
-    return m.vmfb, {"iree_flags": list(m.iree_flags), "passes": list(m.passes),
-                    "compile_breakdown_s": cm.metadata["compile_seconds"], "patterns_fired": cm.patterns_fired,
-                    "kernels": [{k: v for k, v in r.items() if k in ("function", "kernel", "config", "why", "sites")}
-                                for r in cm.metadata.get("kernels", [])]}
+    extra = {"iree_flags": list(m.iree_flags), "passes": list(m.passes),
+             "compile_breakdown_s": cm.metadata["compile_seconds"], "patterns_fired": cm.patterns_fired,
+             "kernels": [{k: v for k, v in r.items() if k in ("function", "kernel", "config", "why", "sites")}
+                         for r in cm.metadata.get("kernels", [])]}
+    if cm.metadata.get("dispatches"):  # record_dispatches: the profiler's half from here (eval/profiler.py join)
+        extra["_profile_meta"] = {"target": m.target, "dispatches": cm.metadata["dispatches"][m.target],
+                                  "pattern_sites": cm.metadata.get("pattern_sites")}
+    if cm.parameters is not None:  # external weights (params="auto" makes them so from 64 MiB): the archive travels too
+        extra["_parameters"] = cm.parameters
+    return m.vmfb, extra
 
 
 def compile_plain(model, args, spec: str):
@@ -317,7 +332,7 @@ def failure_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {first[:400]}"
 
 
-def compile_case(name: str, batch: int, variants: list[str], out: Path) -> dict:
+def compile_case(name: str, batch: int, variants: list[str], out: Path, record_dispatches=()) -> dict:
     case_dir = out / "cases" / f"{name}-b{batch}"
     case_dir.mkdir(parents=True, exist_ok=True)
     model32, args32, builder, kwargs = build_model(name, batch)
@@ -346,7 +361,8 @@ def compile_case(name: str, batch: int, variants: list[str], out: Path) -> dict:
     if old.exists():
         case["variants"] = {v: i for v, i in json.loads(old.read_text())["variants"].items() if v not in variants}
     by_hash = {i["sha256"]: v for v, i in case["variants"].items() if "file" in i}
-    for variant in variants:
+    variants = list(variants)
+    for variant in variants:  # (grows while it runs: FALLBACK_ALSO)
         how, spec, *rest = VARIANTS[variant]
         options = rest[0] if rest else {}
         info = {"how": how, "target": spec, "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}, "driver": {"cpu": "local-task"}.get(d := spec.split(":")[0].split("{")[0], d), "attempts": []}
@@ -358,6 +374,8 @@ def compile_case(name: str, batch: int, variants: list[str], out: Path) -> dict:
             case["variants"][variant] = info
             log(f"    {variant}: not built, {info['same_reason']}")
             continue
+        if variant in record_dispatches:
+            options = {**options, "record_dispatches": True}
         tries = (("float16", model16, args16), ("float32", model32, ref_args))
         for dtype, model, args in tries[1:] if variant.endswith("_f32") else tries:
             start = time.perf_counter()
@@ -368,6 +386,14 @@ def compile_case(name: str, batch: int, variants: list[str], out: Path) -> dict:
                 log(f"    {variant} {dtype}: FAILED {failure_text(e)[:200]}")
                 continue
             seconds = round(time.perf_counter() - start, 2)
+            params = extra.pop("_parameters", None)
+            if params is not None:  # one archive per distinct weight set, named by its content (B=1 and 8 share it)
+                info["parameters"] = write_parameters(params, case_dir)
+            prof = extra.pop("_profile_meta", None)
+            if prof is not None:  # the dispatch call sites for the profiler there (benchmarks/gpu/e2e_profile.py)
+                (case_dir / f"{variant}.dispatches.json").write_text(json.dumps(prof))
+                info["dispatches_file"] = f"{variant}.dispatches.json"
+                info["dispatch_counts"] = dispatch_counts(prof["dispatches"])
             digest = hashlib.sha256(vmfb).hexdigest()
             info.update(extra, dtype=dtype, compile_s=seconds, bytes=len(vmfb), sha256=digest)
             if "io=fp16" in options.get("precision", ""):  # the module takes fp16: the runner feeds the fp16 inputs
@@ -383,11 +409,51 @@ def compile_case(name: str, batch: int, variants: list[str], out: Path) -> dict:
             break
         info["status"] = "ok" if "dtype" in info else "failed"
         case["variants"][variant] = info
+        if variant in FALLBACK_ALSO and info["status"] == "ok" and opt_level(info) < 3:
+            also = FALLBACK_ALSO[variant]
+            if also not in variants:
+                log(f"    {variant} was compiled at O{opt_level(info)}: {also} too")
+                variants.append(also)
     (case_dir / "case.json").write_text(json.dumps(case, indent=1))
     return case
 
 
-def compile_all(out: Path, names: list[str], batches: list[int], variants: list[str]) -> None:
+def write_parameters(params, case_dir: Path) -> str:
+    """The external parameters as an IREE archive ``params-<sha256[:16]>.irpa`` in ``case_dir``;
+    returns the file name (two variants or batches with the same weights get the same file)."""
+    from cuvil_mlir.runtime.session import write_parameter_archive
+
+    tmp = case_dir / "params.tmp.irpa"
+    write_parameter_archive(params.arrays, tmp)
+    digest = hashlib.sha256()
+    with open(tmp, "rb") as f:
+        while chunk := f.read(64 << 20):
+            digest.update(chunk)
+    name = f"params-{digest.hexdigest()[:16]}.irpa"
+    if (case_dir / name).exists():
+        tmp.unlink()
+    else:
+        tmp.rename(case_dir / name)
+    return name
+
+
+def opt_level(info: dict) -> int:
+    """The IREE opt level a variant was compiled at (the compile ladder drops to O1 when O3 fails)."""
+    levels = [f.rsplit("=O", 1)[1] for f in info.get("iree_flags", []) if f.startswith("--iree-opt-level=O")]
+    return int(levels[-1]) if levels and levels[-1].isdigit() else 3
+
+
+def dispatch_counts(sites: list[dict]) -> dict:
+    """Dispatches per call and per layer from the recorded call sites (eval/profiler.py's counting)."""
+    from cuvil_mlir.core.diagnostics import module_path
+    from cuvil_mlir.eval.profiler import count_layers
+
+    layers = count_layers([module_path(s["location"]) for s in sites])
+    return {"dispatches": len(sites), "layers": layers, "distinct": len({s["key"] for s in sites}),
+            "per_layer": round(len(sites) / layers, 2) if layers else None}
+
+
+def compile_all(out: Path, names: list[str], batches: list[int], variants: list[str], record_dispatches=()) -> None:
     summary = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "versions": {}, "cases": []}
     for dist in ("cuvil-mlir", "torch", "torch-mlir", "iree-base-compiler", "transformers", "numpy"):
         try:
@@ -398,7 +464,8 @@ def compile_all(out: Path, names: list[str], batches: list[int], variants: list[
         for batch in batches:
             log(f"  {name} batch {batch}")
             try:
-                case = compile_case(name, batch, [v for v in variants if v not in SKIP.get(name, ())], out)
+                case = compile_case(name, batch, [v for v in variants if v not in SKIP.get(name, ())], out,
+                                    record_dispatches=record_dispatches)
             except Exception as e:
                 traceback.print_exc()
                 log(f"  {name} batch {batch}: FAILED before compiling: {failure_text(e)}")
@@ -433,7 +500,14 @@ def pack(out: Path, budget_mib: float, runs_spec: str = "") -> list[Path]:
         for case_dir, files in run.items():
             dst = run_dir / case_dir.name
             dst.mkdir(parents=True)
-            dtypes = {i.get("dtype") for i in json.loads((case_dir / "case.json").read_text())["variants"].values()}
+            variants = json.loads((case_dir / "case.json").read_text())["variants"]
+            dtypes = {i.get("dtype") for i in variants.values()}
+            # the parameter archives of the modules in this run (external weights): once per run, in _params/
+            for name in {variants[f.stem]["parameters"] for f in files if f.suffix == ".vmfb" and variants.get(f.stem, {}).get("parameters")}:
+                packed = run_dir / "_params" / (name + ".dd.xz")
+                if not packed.exists():
+                    packed.parent.mkdir(exist_ok=True)
+                    packed.write_bytes(dedup.pack((case_dir / name).read_bytes()))
             for f in files:
                 if f.name.endswith("_float32.npy") and "float32" not in dtypes:
                     continue  # no fp32 module and no fp32 torch run: the fp32 inputs stay here
@@ -457,7 +531,7 @@ def pack(out: Path, budget_mib: float, runs_spec: str = "") -> list[Path]:
 
 
 def _small_files(case_dir: Path) -> list[Path]:
-    return [p for p in case_dir.iterdir() if p.suffix not in (".vmfb", ".xz") and p.name != "torch.flag"]
+    return [p for p in case_dir.iterdir() if p.suffix not in (".vmfb", ".xz", ".irpa") and p.name != "torch.flag"]
 
 
 def _runs_from_spec(cases: list[Path], spec: str) -> list[dict[Path, list[Path]]]:
@@ -513,6 +587,8 @@ def main() -> None:
     p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                    help="comma-separated, or the sets: default, ablation, precision, e2e")
     p.add_argument("--budget-mib", type=float, default=RUN_BUDGET_MIB)
+    p.add_argument("--record-dispatches", default="",
+                   help="variants compiled with their dispatch call sites recorded (for the profiler and dispatch counts)")
     p.add_argument("--runs", default="", help='pack: e.g. "mlp,cnn,gpt2s-b8;gpt2,gpt2s-b1:cuvil_h200+cuvil_h200_td"')
     opts = p.parse_args()
     opts.out.mkdir(parents=True, exist_ok=True)
@@ -526,7 +602,8 @@ def main() -> None:
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown:
             raise SystemExit(f"unknown variants {unknown}; variants: {', '.join(VARIANTS)}")
-        compile_all(opts.out, opts.models.split(","), [int(b) for b in opts.batches.split(",")], variants)
+        compile_all(opts.out, opts.models.split(","), [int(b) for b in opts.batches.split(",")], variants,
+                    record_dispatches=tuple(filter(None, opts.record_dispatches.split(","))))
     if opts.step in ("pack", "all"):
         pack(opts.out, opts.budget_mib, opts.runs)
 

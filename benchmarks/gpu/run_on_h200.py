@@ -154,10 +154,15 @@ def check(case_dir: Path, variant: str) -> dict:
     t0 = time.perf_counter()
     config = rt.Config(info["driver"])
     device = config.device
-    ctx = rt.SystemContext(config=config)
     t1 = time.perf_counter()
-    vm = rt.VmModule.copy_buffer(ctx.instance, (case_dir / info["file"]).read_bytes())
-    ctx.add_vm_module(vm)
+    vm = rt.VmModule.copy_buffer(config.vm_instance, (case_dir / info["file"]).read_bytes())
+    if info.get("parameters"):  # external weights: IREE's parameter provider over the archive (mapped)
+        index = rt.ParameterIndex()
+        index.load(str(parameters_path(case_dir, info)))
+        io = rt.create_io_parameters_module(config.vm_instance, index.create_provider(scope="model"))
+        ctx = rt.SystemContext(vm_modules=[io, vm], config=config)
+    else:
+        ctx = rt.SystemContext(vm_modules=[vm], config=config)
     t2 = time.perf_counter()
     out["device_create_s"], out["module_load_s"] = round(t1 - t0, 4), round(t2 - t1, 4)
     fn = vm.lookup_function("main")
@@ -175,6 +180,13 @@ def check(case_dir: Path, variant: str) -> dict:
         out["first_call_s" if i == 0 else "second_call_s"] = round(time.perf_counter() - t3, 4)
     out.update(compare(got, refs))
     return out
+
+
+def parameters_path(case_dir: Path, info: dict) -> Path:
+    """A variant's parameter archive (external weights): beside the module, or in the run's _params/
+    (build.py pack puts each distinct archive there once)."""
+    name = info["parameters"]
+    return case_dir / name if (case_dir / name).exists() else case_dir.parent / "_params" / name
 
 
 def to_host(rt, device, view) -> np.ndarray:
@@ -238,6 +250,7 @@ def run_benchmark(case_dir: Path, case: dict, variant: str, out_dir: Path) -> di
 def bench_once(case_dir: Path, case: dict, info: dict, json_out: Path, flags: list[str]) -> dict:
     cmd = [tool("iree-benchmark-module"), f"--module={case_dir / info['file']}", f"--device={info['driver']}", *flags,
            *[f"--input=@{case_dir / f}" for f in case["inputs"][info.get("input_dtype", info["dtype"])]],
+           *([f"--parameters=model={parameters_path(case_dir, info)}"] if info.get("parameters") else []),
            f"--benchmark_out={json_out}", "--benchmark_out_format=json"]
     res = {"command": shlex.join(cmd).replace(str(REPO) + "/", "").replace(str(SITE) + "/", "$SITE/")}
     json_out.unlink(missing_ok=True)
@@ -403,10 +416,13 @@ def _unxz(path: str) -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import dedup
 
-        src.with_name(src.name[: -len(".dd.xz")]).write_bytes(dedup.unpack(src.read_bytes()))
-        return
-    unpack_one = bz2.decompress if src.suffix == ".bz2" else lzma.decompress
-    src.with_suffix("").write_bytes(unpack_one(src.read_bytes()))
+        dst, data = src.with_name(src.name[: -len(".dd.xz")]), dedup.unpack(src.read_bytes())
+    else:
+        unpack_one = bz2.decompress if src.suffix == ".bz2" else lzma.decompress
+        dst, data = src.with_suffix(""), unpack_one(src.read_bytes())
+    tmp = dst.with_name(dst.name + ".part")  # whole or absent: a run stopped midway never leaves half a file
+    tmp.write_bytes(data)
+    tmp.rename(dst)
 
 
 def unpack(runs: list[Path]) -> float:
@@ -415,8 +431,8 @@ def unpack(runs: list[Path]) -> float:
     from concurrent.futures import ProcessPoolExecutor
 
     t0 = time.perf_counter()
-    files = [str(f) for r in runs for ext in ("xz", "bz2", "dd.xz") for f in r.glob(f"*/*.vmfb.{ext}")
-             if not Path(str(f).split(".vmfb.")[0] + ".vmfb").exists()]
+    files = [str(f) for r in runs for kind in ("vmfb", "irpa") for ext in ("xz", "bz2", "dd.xz") for f in r.glob(f"*/*.{kind}.{ext}")
+             if not Path(str(f).split(f".{kind}.")[0] + f".{kind}").exists()]
     with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
         list(pool.map(_unxz, files))
     return round(time.perf_counter() - t0, 2)
@@ -463,7 +479,8 @@ def main() -> None:
         log(f"== {case['case']}")
         for variant, info in case["variants"].items():
             row = {"target": info["target"], "how": info["how"], "dtype": info.get("dtype"),
-                   "compile_attempts": info["attempts"], "bytes": info.get("bytes")}
+                   "compile_attempts": info["attempts"], "bytes": info.get("bytes"),
+                   **{k: info[k] for k in ("iree_flags", "kernels", "dispatch_counts", "parameters") if k in info}}
             if "same_as" in info:
                 row["status"] = f"same module as {info['same_as']}" + (f" ({info['same_reason']})" if "same_reason" in info else "")
                 row["same_as"] = info["same_as"]

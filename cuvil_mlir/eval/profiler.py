@@ -81,13 +81,16 @@ class Timing:
 
 def measure(vmfb: bytes | str | os.PathLike, driver: str, inputs: list[np.ndarray], *, function: str = "main",
             repetitions: int = 10, iterations: int = 20, runtime_flags=(), sites: list[dict] | None = None,
-            workdir: str | os.PathLike | None = None, modes=None, keep_profile: str | os.PathLike | None = None) -> Timing:
+            workdir: str | os.PathLike | None = None, modes=None, keep_profile: str | os.PathLike | None = None,
+            parameters: str | os.PathLike | None = None) -> Timing:
     """Time ``vmfb`` on ``driver``: the wall time of one call, and each dispatch's time from IREE's
     HAL profiling (on CUDA: from ncu, see PROFILING_MODES). ``sites`` (the compile side's call sites) tells how many dispatches of each
     exported function one call makes; without it, the rarest function is taken to run once.
     ``modes``: the profiling data families to try (default: the driver's, PROFILING_MODES);
     ``keep_profile``: where to copy the raw timing data (the .ireeprof bundle ``iree-profile`` reads,
-    or ncu's CSV)."""
+    or ncu's CSV). ``parameters``: the IREE parameter archive (``.irpa``) of a module whose weights
+    are external (scope ``model``, as the compiler writes them)."""
+    from cuvil_mlir.runtime.parameters import SCOPE
     from cuvil_mlir.runtime.session import tool_path
 
     with tempfile.TemporaryDirectory(prefix="cuvil-profile-", dir=workdir) as tmp:
@@ -97,6 +100,8 @@ def measure(vmfb: bytes | str | os.PathLike, driver: str, inputs: list[np.ndarra
             module.write_bytes(vmfb)
         base = [tool_path("iree-benchmark-module"), f"--module={module}", f"--device={driver}", f"--function={function}",
                 *DEVICE_FLAGS.get(driver, ()), *runtime_flags]
+        if parameters is not None:
+            base.append(f"--parameters={SCOPE}={Path(parameters).resolve()}")
         for i, a in enumerate(inputs):
             np.save(tmp / f"input{i}.npy", a)
             base.append(f"--input=@{tmp / f'input{i}.npy'}")
@@ -406,9 +411,15 @@ def profile_compiled(compiled, inputs=None, *, repetitions: int = 10, iterations
         arrays = as_signature([to_numpy(x) for x in inputs], compiled.signature)
     compiled.signature.check(arrays)
     sites = compiled.metadata.get("dispatches", {}).get(target)
-    timing = measure(module.vmfb, module.driver, arrays, function=compiled.metadata.get("function", "main"),
-                     repetitions=repetitions, iterations=iterations, runtime_flags=runtime_flags, sites=sites, workdir=workdir, modes=modes,
-                     keep_profile=keep_profile)
+    with tempfile.TemporaryDirectory(prefix="cuvil-params-", dir=workdir) as tmp:
+        archive = None
+        if compiled.parameters is not None:  # external weights: the tool reads them from an archive file
+            archive = Path(tmp) / "model.irpa"
+            with open(archive, "wb") as f:
+                compiled.parameters.write_archive(f, Path(tmp) / "scratch.irpa")
+        timing = measure(module.vmfb, module.driver, arrays, function=compiled.metadata.get("function", "main"),
+                         repetitions=repetitions, iterations=iterations, runtime_flags=runtime_flags, sites=sites, workdir=workdir,
+                         modes=modes, keep_profile=keep_profile, parameters=archive)
     out = join(timing, sites, target=target, peak=parse_target(target).peak(),
                pattern_sites=compiled.metadata.get("pattern_sites"), model=model)
     if sites is None:

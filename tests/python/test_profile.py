@@ -210,6 +210,27 @@ def test_cli_profile_build_only_then_package(tmp_path, capsys):
     assert np.isfinite(prof["totals"]["wall_us"])
 
 
+@pytest.mark.slow
+def test_profile_with_external_parameters(tmp_path):
+    """A module whose weights are external (params="external"; the default from 64 MiB of weights)
+    reads them from a parameter archive: the profiler's benchmark runs get it, in memory and from
+    a saved package alike (without it iree-benchmark-module cannot resolve the weights)."""
+    import models
+
+    from cuvil_mlir.compiler.pipeline import Options, compile_program
+
+    model, args = models.mlp()
+    compiled = compile_program(model, args, Options(target="cpu", record_dispatches=True, params="external"))
+    assert compiled.parameters is not None
+    for source in (compiled, tmp_path / "mlp.cuvilpkg"):
+        if isinstance(source, Path):
+            compiled.save(source)
+        prof = cuvil_mlir.profile(source, repetitions=2, iterations=3)
+        assert any("--parameters=model=" in c for c in prof["commands"]), prof["commands"]
+        rows = {r["module_paths"][0]: r for r in prof["rows"] if r["module_paths"]}
+        assert {"fc1", "fc2", "fc3"} <= set(rows) and all(rows[k]["time_us"] > 0 for k in ("fc1", "fc2", "fc3"))
+
+
 def test_ncu_csv_is_grouped_per_kernel():
     text = "\n".join([
         "==PROF== Connected to process 1",
