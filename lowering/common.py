@@ -168,13 +168,14 @@ _FOLD_LIMIT = 1 << 20  # elements: larger tensors are left as they are
 _FOLDABLE = ("i1", "si64", "si32", "si8", "ui8", "f16", "f32", "f64")  # element types the folder computes in
 
 
-def fold(value):
+def fold(value, limit: int | None = None):
     """The numpy value of ``value`` when it is computed from constants only by the ops
-    ``_FOLDERS`` knows (None otherwise). Shared subexpressions are folded once."""
-    return _fold_value(value, 48, {})
+    ``_FOLDERS`` knows (None otherwise). Shared subexpressions are folded once. ``limit``:
+    the most elements a folded tensor may have (default _FOLD_LIMIT)."""
+    return _fold_value(value, 48, {}, _FOLD_LIMIT if limit is None else limit)
 
 
-def _fold_value(value, depth: int, memo: dict):
+def _fold_value(value, depth: int, memo: dict, limit: int = _FOLD_LIMIT):
     if value in memo:
         return memo[value]
     t = info(value)
@@ -182,9 +183,9 @@ def _fold_value(value, depth: int, memo: dict):
     folder = _FOLDERS.get(op_name(op)) if op is not None else None
     arr = None
     if folder is not None and t is not None and t.dtype in _FOLDABLE and all(d >= 0 for d in t.shape) \
-            and math.prod(t.shape) <= _FOLD_LIMIT and depth > 0:
+            and math.prod(t.shape) <= limit and depth > 0:
         try:
-            arr = folder(op, lambda v: _fold_value(v, depth - 1, memo))
+            arr = folder(op, lambda v: _fold_value(v, depth - 1, memo, limit))
         except (ValueError, IndexError, TypeError, OverflowError):
             arr = None
         if arr is not None:

@@ -251,15 +251,23 @@ _FLOP_OPS = frozenset({
 })
 
 
-def dispatch_sites(module: ir.Module | bytes, flags: list[str], *, input_type: str = "torch") -> list[dict]:
+def dispatch_sites(module: ir.Module | bytes, flags: list[str], *, input_type: str = "torch", kernels=None) -> list[dict]:
     """Every ``flow.dispatch`` of the module compiled with ``flags``, in program order:
     ``{"key": export name, "location": the call site's loc, "reads": [[shape, dtype], ...],
     "writes": [...], "bytes": what it reads and writes, "flops": its loop nests' arithmetic}``.
-    Plain data: IREE's IR objects stay in this module."""
+    ``kernels``: the target's kernel builder, as compile_to_vmfb got it: the kernel functions are
+    materialized first, so the sites are those of the module that runs (IREE numbers its
+    dispatches in order: without the externs every later name would differ). Plain data: IREE's
+    IR objects stay in this module."""
     from iree.compiler import CompilerToolError, compile_str
     from iree.compiler import ir as iree_ir
 
-    data = externalize_parameters(module if isinstance(module, bytes) else serialize(module), set())
+    data = module if isinstance(module, bytes) else serialize(module)
+    records: list[dict] = []
+    if kernels is not None:
+        data = materialize_kernels(data, kernels, records)
+    kernel_flops = {r["kernel"]: _kernel_flops(r) for r in records if r.get("kernel")}
+    data = externalize_parameters(data, set())
     keep = [f for f in flags if not f.startswith("--iree-opt-level")] + [f for f in flags if f.startswith("--iree-opt-level")]
     try:
         text = compile_str(data, input_type=input_type, extra_args=[*keep, "--compile-to=flow", "--mlir-print-debuginfo",
@@ -277,7 +285,27 @@ def dispatch_sites(module: ir.Module | bytes, flags: list[str], *, input_type: s
         for op in flow.body.operations:
             if op.operation.name in ("util.func", "func.func"):
                 _walk_dispatches(op.operation, flops, sites)
+    for site in sites:
+        if site["key"] in kernel_flops:  # a prebuilt kernel (hal.dispatch.extern): no loop nest to count
+            site["flops"] = kernel_flops[site["key"]]
+            site["kernel"] = True
+            # the extern op was parsed from text ("-":line:col), inlined at the op's call site: keep the caller's
+            site["location"] = _EXTERN_LOC.sub(r"loc(\1)", site["location"])
     return sites
+
+
+_EXTERN_LOC = re.compile(r'^loc\(callsite\("-":\d+:\d+ at (.*)\)\)$', re.S)
+
+
+def _kernel_flops(record: dict) -> int:
+    """A prebuilt kernel's arithmetic per call, from the spec its metadata record carries:
+    a linear 2*M*N*K; an attention 2*(D + D) per (batch, head, query, key), as IREE's attention
+    op is counted (_count_flops; no causal discount)."""
+    if record.get("op") == "attention":
+        return 4 * record["batch"] * record["heads"] * record["tq"] * record["tkv"] * record["d"]
+    if all(k in record for k in ("m", "n", "k")):
+        return 2 * record["m"] * record["n"] * record["k"] * record.get("batch", 1)
+    return 0
 
 
 def _walk_dispatches(op, flops: dict, sites: list) -> None:

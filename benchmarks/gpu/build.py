@@ -97,6 +97,8 @@ VARIANTS = {
     "cuvil_h200_td": ("cuvil", "cuda:h200{hopper-mode=target-description}"),
     # the Hopper kernels (issue 15) off: IREE's codegen for every cuvil.linear (today's path before them)
     "cuvil_h200_nokern": ("cuvil", "cuda:h200{kernels=off}"),
+    # the target description without the kernels: what the kernels alone change
+    "cuvil_h200_td_nokern": ("cuvil", "cuda:h200{hopper-mode=target-description,kernels=off}"),
     # the kernels with another tile table (CUVIL_KERNEL_CONFIGS; a tuning experiment)
     "cuvil_h200_ktable": ("cuvil", "cuda:h200", {"kernel_configs": os.environ.get("CUVIL_KERNEL_CONFIGS_ALT", "")}),
     # the same description without the chip entry (a bare sm_90 gets none): IREE's heuristics then
@@ -138,7 +140,7 @@ DEFAULT_VARIANTS = ("cuvil_h200", "cuvil_h200_td", "plain_h200", "cuvil_vulkan_a
 # the end-to-end comparison at real sizes (issue 15): the Hopper kernels with the Hopper target description
 # and, the "before" of the kernels in the same run, cuda:h200{kernels=off} (ptx-jit, IREE's codegen for every op:
 # the path issue 14's table measured)
-E2E_VARIANTS = ("cuvil_h200_td", "cuvil_h200_nokern")
+E2E_VARIANTS = ("cuvil_h200_td", "cuvil_h200_nokern", "cuvil_h200_td_nokern")
 # when a variant compiled only below O3 (the compile ladder), also build this one
 FALLBACK_ALSO = {"cuvil_h200_td": "cuvil_h200"}
 ABLATION_VARIANTS = ("cuvil_h200", *(v for v in VARIANTS if v.startswith("cuvil_h200_no_")), "plain_h200")

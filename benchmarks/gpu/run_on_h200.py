@@ -41,7 +41,7 @@ BENCH_FLAGS = ["--benchmark_repetitions=10", "--benchmark_min_warmup_time=1", "-
                "--device_allocator=caching", "--function=main"]
 CHECK_TIMEOUT_S = 180
 BENCH_TIMEOUT_S = 120
-TORCH_REPS = 200
+TORCH_REPS = int(os.environ.get("TORCH_REPS", 200))  # fewer only to try the script on a CPU
 # which models torch also runs in fp32 (each torch.compile costs seconds of device time): "all" or names
 TORCH_FP32 = lambda model: os.environ.get("TORCH_FP32", "all") == "all" or model in os.environ["TORCH_FP32"].split(",")  # noqa: E731
 TORCH_WARMUP = 25
@@ -278,13 +278,22 @@ def bench_once(case_dir: Path, case: dict, info: dict, json_out: Path, flags: li
 # ---------------------------------------------------------------- PyTorch on the GPU
 
 
-def torch_case(case_dir: Path, case: dict) -> dict:
+DEADLINE_AT: float | None = None  # time.monotonic() after which no torch mode starts (main sets it)
+SAVE = lambda: None  # noqa: E731  (main: write the results file; called after each torch mode)
+
+
+def past_deadline() -> bool:
+    return DEADLINE_AT is not None and time.monotonic() > DEADLINE_AT
+
+
+def torch_case(case_dir: Path, case: dict, out: dict | None = None) -> dict:
+    """``out``: the dict the results go into as they come (saved after each mode)."""
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import gpu_models
 
-    out = {}
+    out = {} if out is None else out
     model, _ = gpu_models.build(case["builder"], case["kwargs"])
     checksum = param_checksum(model)
     ref_cs = case["param_checksum"]
@@ -292,8 +301,8 @@ def torch_case(case_dir: Path, case: dict) -> dict:
     out["same_weights_as_reference"] = same
     out["param_checksum"] = checksum
     refs = [np.load(case_dir / f) for f in case["refs"]]
-    out.update(torch_modes(model.half().to(DEVICE).eval(), case_dir, case["inputs"]["float16"], refs, same,
-                           max_autotune=case["case"] in os.environ.get("TORCH_MAX_AUTOTUNE", "").split(",")))
+    torch_modes(model.half().to(DEVICE).eval(), case_dir, case["inputs"]["float16"], refs, same,
+                max_autotune=case["case"] in os.environ.get("TORCH_MAX_AUTOTUNE", "").split(","), out=out)
     # fp32 too where the case has fp32 modules (its *_f32 variants)
     if any(v.endswith("_f32") for v in case["variants"]) and TORCH_FP32(case["model"]):
         model32, _ = gpu_models.build(case["builder"], case["kwargs"])
@@ -306,13 +315,16 @@ def torch_case(case_dir: Path, case: dict) -> dict:
     return out
 
 
-def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool, cast=None, max_autotune=False) -> dict:
+def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool, cast=None, max_autotune=False,
+                out: dict | None = None) -> dict:
     """eager, torch.compile default and reduce-overhead of one model (one dtype) on DEVICE, and
     max-autotune (CUDA graphs too; ~2 min of compiling per model on the H200) with ``max_autotune``
-    (the cases named in $TORCH_MAX_AUTOTUNE); ``cast``: the dtype floating inputs are converted to first."""
+    (the cases named in $TORCH_MAX_AUTOTUNE); ``cast``: the dtype floating inputs are converted to first.
+    $TORCH_MODES picks modes and their order; a mode is not started past the deadline; ``out`` is
+    filled as the modes finish (SAVE() after each)."""
     import torch
 
-    out = {}
+    out = {} if out is None else out
     inputs = [torch.from_numpy(np.load(case_dir / f)).to(DEVICE) for f in input_files]
     if cast is not None:
         inputs = [x.to(cast) if x.is_floating_point() else x for x in inputs]
@@ -325,9 +337,15 @@ def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool,
     modes["compile_reduce_overhead"] = lambda: torch.compile(model, mode="reduce-overhead", dynamic=False)
     if max_autotune:
         modes["compile_max_autotune"] = lambda: torch.compile(model, mode="max-autotune", dynamic=False)
-    if os.environ.get("TORCH_MODES"):  # e.g. eager,compile_reduce_overhead: fewer torch.compile runs
-        modes = {k: v for k, v in modes.items() if k in os.environ["TORCH_MODES"].split(",")}
+    if os.environ.get("TORCH_MODES"):  # e.g. eager,compile_reduce_overhead: fewer torch.compile runs, in this order
+        modes = {k: modes[k] for k in os.environ["TORCH_MODES"].split(",") if k in modes}
     for mode, make in modes.items():
+        if past_deadline():
+            out[mode] = {"status": "skipped: deadline"}
+            SAVE()
+            continue
+        out[mode] = {"status": "started, did not finish (the call's time limit?)"}  # replaced below unless killed
+        SAVE()
         torch._dynamo.reset()
         try:
             with torch.no_grad():
@@ -353,6 +371,7 @@ def torch_modes(model, case_dir: Path, input_files: list[str], refs, same: bool,
             res = {"status": f"failed: {type(e).__name__}: {short(e, 400)}"}
             traceback.print_exc()
         out[mode] = res
+        SAVE()
         log(f"    torch {mode} {inputs[0].dtype}: {res.get('status')} {res.get('median_ms', '')}")
     return out
 
@@ -452,18 +471,28 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     p.add_argument("--deadline", type=float, default=540, help="seconds after which no new item starts")
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--no-iree", action="store_true", help="only the torch side (the modules were measured in another call)")
+    p.add_argument("--variants", default="", help="comma-separated variants to measure (default all), in this order")
+    p.add_argument("--name", default="", help="results-NAME.json (default: the run folders' names)")
     p.add_argument("--cases", default="", help="comma-separated case names to run (default all)")
     opts = p.parse_args()
     start = time.monotonic()
     opts.out.mkdir(parents=True, exist_ok=True)
-    name = "-".join(r.name for r in opts.run)
+    name = opts.name or "-".join(r.name for r in opts.run)
+    global DEADLINE_AT, SAVE
+    DEADLINE_AT = start + opts.deadline
     report = {"run": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": shlex.join(sys.argv),
               "setup": setup(opts.common), "cases": {}}
     report["machine"], report["versions"] = machine(), versions()
     report["bench_flags"] = BENCH_FLAGS
     report["torch_timing"] = f"{TORCH_WARMUP} warm-up calls, then {TORCH_REPS} calls, each between two CUDA events and waited for"
     result_file = opts.out / f"results-{name}.json"
-    save = lambda: result_file.write_text(json.dumps(report, indent=1))  # noqa: E731
+    def save():  # whole or not at all: a run killed while writing keeps the previous file
+        tmp = result_file.with_name(result_file.name + ".part")
+        tmp.write_text(json.dumps(report, indent=1))
+        tmp.rename(result_file)
+
+    SAVE = save
     save()
     log(json.dumps({k: report[k] for k in ("setup", "machine", "versions")}, indent=1))
     report["unpack_s"] = unpack(opts.run)
@@ -477,7 +506,8 @@ def main() -> None:
         case = json.loads((case_dir / "case.json").read_text())
         res = report["cases"].setdefault(case["case"], {"model": case["model"], "batch": case["batch"], "iree": {}, "torch": None})
         log(f"== {case['case']}")
-        for variant, info in case["variants"].items():
+        chosen = [v for v in opts.variants.split(",") if v in case["variants"]] if opts.variants else list(case["variants"])
+        for variant, info in ((v, case["variants"][v]) for v in ([] if opts.no_iree else chosen)):
             row = {"target": info["target"], "how": info["how"], "dtype": info.get("dtype"),
                    "compile_attempts": info["attempts"], "bytes": info.get("bytes"),
                    **{k: info[k] for k in ("iree_flags", "kernels", "dispatch_counts", "parameters") if k in info}}
@@ -502,11 +532,12 @@ def main() -> None:
             if time.monotonic() - start > opts.deadline:
                 res["torch"] = {"status": "skipped: deadline"}
             else:
+                res["torch"] = {}
                 try:
-                    res["torch"] = torch_case(case_dir, case)
+                    torch_case(case_dir, case, res["torch"])
                 except Exception as e:
                     traceback.print_exc()
-                    res["torch"] = {"status": f"failed: {type(e).__name__}: {short(e, 400)}"}
+                    res["torch"]["status"] = f"failed: {type(e).__name__}: {short(e, 400)}"
             save()
     report["machine_after"] = machine()["nvidia_smi"]
     report["elapsed_s"] = round(time.monotonic() - start, 1)

@@ -323,7 +323,7 @@ def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elid
             failures.append((stages, e))
             continue
         seconds["iree-compile"] = round(time.perf_counter() - start, 4)
-        dispatches = iree.dispatch_sites(module, flags) if options.record_dispatches else None
+        dispatches = iree.dispatch_sites(module, flags, kernels=target.kernel_builder()) if options.record_dispatches else None
         passes = tuple(p for _, specs in stages for p in specs)
         fired_json = {name: dict(c) for name, c in fired.items() if c}
         sites = {name: {p: dict(where) for p, where in getattr(c, "sites", {}).items()} for name, c in fired.items() if c}

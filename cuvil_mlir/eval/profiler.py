@@ -362,6 +362,8 @@ def cuvil_ops(paths: list[str], pattern_sites: dict) -> list[str]:
                 continue
             if pass_name == "lower-cuvil-to-torch":
                 out.add(f"cuvil.{pattern}")
+            elif pass_name == "lower-cuvil-to-kernels":  # handed to a prebuilt kernel (targets/cuda_kernels.py)
+                out.add(f"cuvil.{pattern} [kernel]")
             elif pass_name.startswith(("fuse-", "precision", "quantize")):
                 out.add(f"{pass_name}/{pattern}")
     return sorted(out)

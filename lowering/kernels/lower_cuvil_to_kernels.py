@@ -90,15 +90,19 @@ def why_not(op, half: str | None = None) -> str | None:
 
 
 ATTENTION_HEAD_DIMS = (64, 128)  # what the attention kernel is built for (targets/cuda_attention_kernels.py)
+# An attention mask is folded up to this many elements (common.fold's own limit is 1M): HF's
+# masking utilities build the causal mask at [batch, 1, T, T] from aranges (Llama at batch 8,
+# T=512: 2M booleans), and a mask that folds to torch's causal triangle is no mask for the kernel.
+MASK_FOLD_LIMIT = 1 << 26
 
 
 def constant_mask(op) -> str | None:
     """What a mask that folds to a constant means: "none" (it keeps every key), "causal" (torch's
     top-left lower triangle, broadcast over batch and heads: HF's masking utils for a sequence
-    without padding), else None (a real mask; or too large to fold, see common.fold). Additive
+    without padding), else None (a real mask; or larger than MASK_FOLD_LIMIT). Additive
     masks count as keep-where-0 when every other value is -inf or about the dtype's lowest
     (exact here: a triangle keeps a key in every row)."""
-    arr = fold(op.mask)
+    arr = fold(op.mask, limit=MASK_FOLD_LIMIT)
     if arr is None:
         return None
     q, k = info(op.q), info(op.k)

@@ -153,3 +153,27 @@ def test_a_real_mask_stays_with_iree():
     compiled = cuvil_mlir.compile(_Attention("band"), (q, q, q), target="cuda:h200")
     assert compiled.metadata["kernels"] == []
     assert compiled.patterns_fired["lower-cuvil-to-kernels"] == {"kept attention: explicit mask": 1}
+
+
+class _BatchCausalMask(torch.nn.Module):
+    """SDPA with the causal mask HF's masking utilities build for a batch without padding: from
+    aranges, at [batch, 1, T, T] (here 8 x 512 x 512: past common.fold's default 1M elements)."""
+
+    def forward(self, q, k, v):
+        b, t = q.shape[0], q.shape[-2]
+        rows = torch.arange(t)[None, None, :, None]
+        cols = torch.arange(t)[None, None, None, :]
+        batch = torch.arange(b)[:, None, None, None]
+        keep = (cols <= rows) & (batch >= 0)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+@needs_triton
+def test_a_large_constant_causal_mask_gets_the_causal_kernel():
+    import cuvil_mlir
+
+    q = torch.randn(8, 2, 512, 64).half()
+    compiled = cuvil_mlir.compile(_BatchCausalMask(), (q, q, q), target="cuda:h200")
+    (record,) = compiled.metadata["kernels"]
+    assert record["kernel"] and record["causal"] is True, record
+    assert compiled.patterns_fired["lower-cuvil-to-kernels"] == {"attention": 1}

@@ -231,6 +231,49 @@ def test_profile_with_external_parameters(tmp_path):
         assert {"fc1", "fc2", "fc3"} <= set(rows) and all(rows[k]["time_us"] > 0 for k in ("fc1", "fc2", "fc3"))
 
 
+def test_dispatch_sites_of_a_module_with_kernels_are_the_kernels():
+    """With the Hopper kernels, the recorded call sites are those of the module that runs: each
+    kernel is a dispatch under its own (PTX entry, ncu) name, at the nn.Module path of its op, with
+    its FLOPs from the kernel's spec; IREE's dispatches around them keep their runtime names."""
+    import torch
+    import torch.nn.functional as F
+
+    from cuvil_mlir.compiler.pipeline import Options, compile_program
+    from cuvil_mlir.core.diagnostics import module_path
+    from cuvil_mlir.targets import cuda_kernels
+
+    if cuda_kernels.available():
+        pytest.skip(f"kernels cannot be built here: {cuda_kernels.available()}")
+
+    class QKVAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(256, 768)
+
+        def forward(self, x):
+            q, k, v = (t.reshape(1, 128, 4, 64).transpose(1, 2) for t in self.qkv(x).split(256, dim=-1))
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    torch.manual_seed(0)
+    model = QKVAttention().eval().half()
+    compiled = compile_program(model, (torch.randn(1, 128, 256).half(),), Options(target="cuda:h200", record_dispatches=True))
+    kernels = {r["kernel"]: r for r in compiled.metadata["kernels"] if r.get("kernel")}
+    assert len(kernels) == 2, compiled.metadata["kernels"]  # the linear and the attention
+    sites = compiled.metadata["dispatches"]["cuda:h200"]
+    by_key = {s["key"]: s for s in sites}
+    assert set(kernels) <= set(by_key), [s["key"] for s in sites]
+    for name, record in kernels.items():
+        site = by_key[name]
+        if record.get("op") == "attention":
+            assert site["flops"] == 4 * 1 * 4 * 128 * 128 * 64 and module_path(site["location"]) == ""
+        else:
+            assert site["flops"] == 2 * 128 * 768 * 256 and module_path(site["location"]) == "qkv"
+    # the rest keep IREE's names (main$async_dispatch_N_...), numbered in the module that runs
+    assert all(s["key"].startswith("main$async_dispatch_") for s in sites if s["key"] not in kernels)
+    ops = profile.cuvil_ops(["qkv"], compiled.metadata["pattern_sites"])
+    assert any(op.endswith("[kernel]") for op in ops), ops
+
+
 def test_ncu_csv_is_grouped_per_kernel():
     text = "\n".join([
         "==PROF== Connected to process 1",
