@@ -44,7 +44,7 @@ BENCH_TIMEOUT_S = 120
 TORCH_REPS = int(os.environ.get("TORCH_REPS", 200))  # fewer only to try the script on a CPU
 # which models torch also runs in fp32 (each torch.compile costs seconds of device time): "all" or names
 TORCH_FP32 = lambda model: os.environ.get("TORCH_FP32", "all") == "all" or model in os.environ["TORCH_FP32"].split(",")  # noqa: E731
-TORCH_WARMUP = 25
+TORCH_WARMUP = int(os.environ.get("TORCH_WARMUP", 25))
 
 
 def log(msg: str) -> None:

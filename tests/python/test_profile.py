@@ -63,6 +63,8 @@ func.func @main(%a: tensor<128xf32>) -> tensor<128xf32> {
     ("main$async_dispatch_5_attention_12x128x64x64x128", "attention", ""),
     ("main$async_dispatch_2_slow_memcpy", "slow_memcpy", ""),
     ("main$async_dispatch_0_reduction_32x64_bf16", "reduction", "bf16"),
+    ("cuvil_linear_128x2304x768_f16_none_bias_f32_64x64x128w4s4_df2718c7", "kernel_linear", "f16"),
+    ("cuvil_attention_1x12x12x128x128x64_f16_causal_128x64w4s3ptr_ef3aa6a7", "kernel_attention", "f16"),
 ])
 def test_dispatch_kind_and_dtype(key, kind, dtype):
     assert profile.dispatch_kind(key) == kind
