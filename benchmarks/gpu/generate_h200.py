@@ -212,10 +212,30 @@ def build(args) -> None:
 
 
 class Results:
-    """The JSON file of a run, rewritten after every item."""
+    """The JSON file of a run, rewritten after every item. An existing file is continued (run.sh
+    starts the run again when its process died): items done are skipped, and the item that was
+    in progress is recorded as crashed, not tried again."""
 
     def __init__(self, path: Path, head: dict):
-        self.path, self.data = path, {**head, "checks": [], "timing": []}
+        self.path = path
+        self.data = {**head, "checks": [], "timing": []}
+        if path.exists():
+            old = json.loads(path.read_text())
+            self.data.update(checks=old["checks"], timing=old["timing"], restarts=old.get("restarts", 0) + 1)
+            crashed = old.get("in_progress")
+            if crashed:
+                for row in self.data["checks"] + self.data["timing"]:
+                    if row.get("file") == crashed and row.get("status") == "started":
+                        row["status"] = "crashed: the process died in this item"
+                if not any(row.get("file") == crashed for row in self.data["checks"] + self.data["timing"]):
+                    self.data["checks"].append({"file": crashed, "status": "crashed: the process died in this item"})
+        self.flush()
+
+    def done(self, file: str) -> bool:
+        return any(row.get("file") == file for row in self.data["checks"] + self.data["timing"])
+
+    def start(self, file: str) -> None:
+        self.data["in_progress"] = file
         self.flush()
 
     def add(self, section: str, row: dict) -> None:
@@ -261,10 +281,11 @@ def run(args) -> None:
     only = set(args.only.split(",")) if args.only else {"check", "timing"}
 
     if "check" in only:
-        for entry in [p for p in manifest["packages"] if p["kind"] == "check"]:
+        for entry in [p for p in manifest["packages"] if p["kind"] == "check" and not results.done(p["file"])]:
             if time.monotonic() > deadline - args.reserve:
                 results.add("checks", {"file": entry["file"], "status": "skipped: deadline"})
                 continue
+            results.start(entry["file"])
             try:
                 rows = check_package(unpacked(dir_, entry, scratch), entry, manifest, device)
             except Exception as e:
@@ -276,12 +297,13 @@ def run(args) -> None:
                     f"{_brief(row, ('rel_err', 'hf_fp16_rel_err', 'tokens_equal'))}")
 
     if "timing" in only:
-        for entry in [p for p in manifest["packages"] if p["kind"] == "timing"]:
+        for entry in [p for p in manifest["packages"] if p["kind"] == "timing" and not results.done(p["file"])]:
             left = deadline - time.monotonic()
             if left < args.case_min_s:
                 results.add("timing", {**_case_head(entry), "status": f"skipped: deadline ({left:.0f} s left)"})
                 continue
             row = {**_case_head(entry), "status": "started"}
+            results.start(entry["file"])
             results.add("timing", row)  # filled in as the case goes (flushed after each step)
             try:
                 timing_case(unpacked(dir_, entry, scratch), entry, manifest, device, sync, deadline, args, row,
@@ -294,13 +316,14 @@ def run(args) -> None:
             (scratch / entry["file"].removesuffix(".dd.xz")).unlink(missing_ok=True)
             log(f"timing b{entry['batch']} c{entry['context']}: {row['status']} {json.dumps(row.get('results', {}))}")
             torch.cuda.empty_cache() if device == "cuda" else None
-    results.data["wall_s"] = round(time.monotonic() - start, 1)
+    results.data["in_progress"] = None
+    results.data["wall_s"] = round(results.data.get("wall_s", 0) + time.monotonic() - start, 1)
     results.flush()
     log(summary(results.data))
 
 
 def _case_head(entry: dict) -> dict:
-    return {k: entry[k] for k in ("batch", "context", "prompt_len", "new_tokens")}
+    return {"file": entry["file"], **{k: entry[k] for k in ("batch", "context", "prompt_len", "new_tokens")}}
 
 
 def _brief(row: dict, keys) -> str:
@@ -378,6 +401,9 @@ def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, dead
 
     b, c, p, n = entry["batch"], entry["context"], entry["prompt_len"], entry["new_tokens"]
     size = manifest["llama"]
+    if device == "cuda":
+        torch._dynamo.reset()  # a fresh model per case: no stale guards, no recompile limit reached
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     t0 = time.perf_counter()
     model = llama(size, "fp16", device)
     row["hf_build_s"] = round(time.perf_counter() - t0, 1)
@@ -391,7 +417,7 @@ def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, dead
         name = "cuvil" if target == entry["active_targets"][0] else "cuvil_plain"
         t0 = time.perf_counter()
         try:
-            lm = cuvil_mlir.load(path, prefer=target)
+            lm = cuvil_mlir.load(path, prefer=target, verify=name == "cuvil")  # the archive's sha256 checked once
             row["notes"][f"{name}_target"] = lm.active_target
             row["notes"][f"{name}_load_s"] = round(time.perf_counter() - t0, 1)
             if lm.active_target != target:
