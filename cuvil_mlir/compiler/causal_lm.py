@@ -24,10 +24,13 @@ FUNCTIONS = ("prefill", "decode")
 
 
 def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len: int | None = None, target: str = "cpu",
-                      precision: str = "fp32", opt_level: int = 3):
+                      precision: str = "fp32", opt_level: int = 3, params: str = "auto"):
     """Compile ``hf_model`` (a transformers ``*ForCausalLM``) for ``batch`` sequences of up to
     ``max_seq_len`` tokens (prompt and new tokens); prompts are prefilled ``prefill_len`` tokens
-    at a time (default: min(max_seq_len, 128)). Returns a ``cuvil_mlir.runtime.generation.CausalLM``."""
+    at a time (default: min(max_seq_len, 128)). ``params``: the weights ``"inline"`` in each
+    target's module or ``"external"`` (one parameter archive both functions and all targets
+    read); ``"auto"``: external from 64 MiB of weights (cuvil_mlir.compile's rule). Returns a
+    ``cuvil_mlir.runtime.generation.CausalLM``."""
     import torch
 
     from cuvil_mlir.compiler.export_modes import export_module
@@ -54,8 +57,8 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
             raise CuvilError(f"{type(hf_model).__name__}: its {name} step writes {written} of the {len(cache)} KV-cache "
                              "tensors; cuvil needs a model whose attention stores keys and values through transformers' "
                              "Cache.update")
-    options = Options(target=target, opt_level=opt_level, precision=precision)
-    modules, metadata = compile_functions(programs, options, entry="decode")
+    options = Options(target=target, opt_level=opt_level, precision=precision, params=params)
+    modules, metadata, parameters = compile_functions(programs, options, entry="decode")
     generation = getattr(hf_model, "generation_config", None)
     metadata["causal_lm"] = {
         "architecture": config.model_type,
@@ -67,7 +70,7 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
         "eos_token_id": _token_ids(getattr(generation, "eos_token_id", None)),
         "pad_token_id": getattr(generation, "pad_token_id", None),
     }
-    return CausalLM(modules, metadata)
+    return CausalLM(modules, metadata, parameters=parameters)
 
 
 def _check_model(model, max_seq_len: int, batch: int):

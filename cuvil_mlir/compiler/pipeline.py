@@ -171,30 +171,38 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
 
 def compile_functions(programs: dict, options: Options, *, entry: str, emit: str | None = None, elide_weights: bool = True):
     """Several ExportedPrograms compiled as the functions of one module (per target), by name:
-    the weights they share are one copy in the vmfb (IREE folds identical constants), and an
-    input a program mutates in place stays one device buffer the function updates
-    (importers/fx.py ``import_functions``). Returns (the modules, their metadata: the
-    signature is ``entry``'s), or an Emitted when ``emit`` names a stage."""
+    the weights they share are one copy (IREE folds identical constants; external parameters
+    are named by their state-dict names, so the functions read the same ones), and an input a
+    program mutates in place stays one device buffer the function updates (importers/fx.py
+    ``import_functions``). Returns (the modules, their metadata: the signature is ``entry``'s,
+    the external parameters or None), or an Emitted when ``emit`` names a stage."""
     targets = parse_targets(options.target, opt_level=options.opt_level)
     check_disabled(options)
     precision.stage_passes(options.precision, options.calibration)
     start = time.perf_counter()
     ctx = make_context()
-    module = fx.import_functions(programs, ctx)
+    store = ParameterStore() if resolve_mode(options.params, fx.shared_weight_bytes(programs.values())) == "external" else None
+    module = fx.import_functions(programs, ctx, store=store)
     signature = signature_of(module, entry)
     import_seconds = time.perf_counter() - start
     if emit == IMPORT_STAGE:
         return Emitted(emit, module_to_text(module, elide_weights=elide_weights))
     imported = module_to_bytecode(module)
     built = []
-    for target in targets:
-        result = _compile_for_target(target, imported, ctx, options, emit, elide_weights, entry)
-        if isinstance(result, Emitted):
-            return result
-        built.append(result)
+    with params.active(store):
+        for target in targets:
+            result = _compile_for_target(target, imported, ctx, options, emit, elide_weights, entry)
+            if isinstance(result, Emitted):
+                return result
+            built.append(result)
     if emit is not None:
         raise CuvilError(f"unknown stage '{emit}'; stages: {', '.join(stage_names(options.target)[:-1])}")
-    return [b.module for b in built], {**_metadata(signature, built, options, import_seconds), "function": entry}
+    metadata = {**_metadata(signature, built, options, import_seconds), "function": entry}
+    used = set().union(*(result.parameters for result in built))
+    parameters = None if store is None else Parameters.in_memory(store.subset(used).arrays)
+    if parameters is not None:
+        metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes}
+    return [b.module for b in built], metadata, parameters
 
 
 def _import(model, args, kwargs, dynamic_shapes, ctx, *, params_mode: str, plain: bool = False,

@@ -26,8 +26,8 @@ from cuvil_mlir.runtime.compiled import CompiledModel, from_package
 class CausalLM(CompiledModel):
     """A compiled causal LM: ``generate(input_ids, max_new_tokens=...)`` like transformers'."""
 
-    def __init__(self, modules, metadata: dict, *, prefer=None):
-        super().__init__(modules, metadata, prefer=prefer)
+    def __init__(self, modules, metadata: dict, *, prefer=None, parameters=None):
+        super().__init__(modules, metadata, prefer=prefer, parameters=parameters)
         try:
             lm = metadata["causal_lm"]
             self.batch, self.max_seq_len, self.prefill_len = int(lm["batch"]), int(lm["max_seq_len"]), int(lm["prefill_len"])
@@ -152,7 +152,12 @@ def load(path, prefer=None, *, verify: bool = True):
     metadata, modules = package.read(path)
     if "causal_lm" not in metadata:
         return from_package(path, metadata, modules, prefer, verify=verify)
-    lm = CausalLM(modules, metadata, prefer=prefer)
+    parameters = package.read_parameters(path, metadata)
+    if parameters is not None:
+        parameters.view()  # maps it: a truncated file fails here
+        if verify:
+            parameters.verify()
+    lm = CausalLM(modules, metadata, prefer=prefer, parameters=parameters)
     lm.select()
     return lm
 

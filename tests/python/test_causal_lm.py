@@ -131,6 +131,42 @@ def test_eos_stops_and_pads(compiled_lm):
         assert torch.equal(got[1], free[1])
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_external_parameters_round_trip(arch, tmp_path):
+    """params="external": the weights go to one archive both functions read (by state-dict name,
+    each once), not into the vmfb; saved and loaded, greedy tokens still equal transformers'."""
+    torch.manual_seed(0)
+    model = _config(arch).eval()
+    model.generation_config.eos_token_id = None
+    lm = cuvil_mlir.compile_causal_lm(model, max_seq_len=MAX_SEQ, batch=BATCH, prefill_len=CHUNK, params="external")
+    weight_bytes = sum(t.numel() * 4 for t in model.state_dict().values())
+    assert lm.parameters is not None and len(lm.modules[0].vmfb) < 0.25 * weight_bytes
+    assert lm.parameters.nbytes <= 1.05 * weight_bytes  # one copy for prefill and decode
+    assert lm.metadata["parameters"]["count"] == len(lm.parameters.arrays)
+    path = tmp_path / "lm.cuvilpkg"
+    lm.save(path)
+    loaded = cuvil_mlir.load(path)
+    assert isinstance(loaded, CausalLM) and loaded.parameters.path == path
+    ids = torch.randint(0, 8192, (BATCH, 11), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False)
+    assert torch.equal(loaded.generate(ids, max_new_tokens=24), expected)
+    data = bytearray(path.read_bytes())
+    data[loaded.parameters.offset + 100] ^= 0xFF  # a flipped byte in the archive: refused at load
+    path.write_bytes(bytes(data))
+    with pytest.raises(Exception, match="sha256"):
+        cuvil_mlir.load(path)
+
+
+def test_params_inline_keeps_weights_in_the_module():
+    torch.manual_seed(0)
+    model = _config("qwen2").eval()
+    lm = cuvil_mlir.compile_causal_lm(model, max_seq_len=32, batch=1, prefill_len=8, params="inline")
+    assert lm.parameters is None and "parameters" not in lm.metadata
+    with pytest.raises(Exception, match="params='bogus'"):
+        cuvil_mlir.compile_causal_lm(model, max_seq_len=32, batch=1, prefill_len=8, params="bogus")
+
+
 def test_compile_errors():
     model = _config("llama").eval()
     with pytest.raises(InputError, match="max_position_embeddings"):

@@ -113,29 +113,36 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
         raise ImportError_(f"torch-mlir could not import the program: {type(e).__name__}: {_short(e)}") from e
 
 
-def import_functions(programs: dict, ctx: ir.Context, *, kept_ops=KEPT_OPS) -> ir.Module:
+def import_functions(programs: dict, ctx: ir.Context, *, kept_ops=KEPT_OPS, store=None) -> ir.Module:
     """Several ExportedPrograms -> one torch-dialect module, one function per program (by name).
 
     Unlike ``import_program``, inputs a program mutates in place are kept mutable: such an
     argument is a ``!torch.tensor`` read with ``torch.copy.to_vtensor`` and written back with
     ``torch.overwrite.tensor.contents``, which IREE's torch input turns into a buffer the
     function updates in place (no copy of the argument per call: a generation's KV cache).
-    Mutated buffers are not supported here (pass them as arguments)."""
+    Mutated buffers are not supported here (pass them as arguments). ``store``: a
+    ``ParameterStore``: weights become references to it by their state-dict names (programs
+    of one model share them: each weight is stored and referenced once)."""
     from torch_mlir import fx
     from torch_mlir.extras.fx_importer import FxImporter
 
-    importer = _with_module_paths(FxImporter(context=ctx, hooks=_readable_weights_hooks()))
     names = list(programs)
+    decomposed = {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            for i, name in enumerate(names):
-                program = _with_non_persistent_buffers(programs[name].run_decompositions(_decomposition_table(kept_ops)))
-                if program.graph_signature.buffers_to_mutate:
-                    raise ImportError_(f"function '{name}' mutates buffers {sorted(program.graph_signature.buffers_to_mutate.values())}; "
+            for name in names:
+                decomposed[name] = _with_non_persistent_buffers(programs[name].run_decompositions(_decomposition_table(kept_ops)))
+                if decomposed[name].graph_signature.buffers_to_mutate:
+                    raise ImportError_(f"function '{name}' mutates buffers "
+                                       f"{sorted(decomposed[name].graph_signature.buffers_to_mutate.values())}; "
                                        "pass state as arguments the program updates in place")
+            state_names = {k: v for program in decomposed.values() for k, v in _state_names(program).items()}
+            hooks = _readable_weights_hooks() if store is None else _external_weights_hooks(store, state_names)
+            importer = _with_module_paths(FxImporter(context=ctx, hooks=hooks))
+            for i, name in enumerate(names):
                 module = fx.export_and_import(
-                    program,
+                    decomposed[name],
                     output_type="torch" if i == len(names) - 1 else "raw",  # lower once, every function
                     fx_importer=importer,
                     decomposition_table={},
@@ -143,7 +150,7 @@ def import_functions(programs: dict, ctx: ir.Context, *, kept_ops=KEPT_OPS) -> i
                     func_name=name,
                     experimental_support_mutation=True,
                 )
-            return module
+            return module if store is None else _calls_to_references(module)
     except ImportError_:
         raise
     except Exception as e:
@@ -298,6 +305,14 @@ def weight_bytes(program) -> int:
     """Bytes of the program's parameters, buffers and tensor constants (the params rule's measure)."""
     tensors = {**program.constants, **program.state_dict}
     return sum(t.numel() * t.element_size() for t in tensors.values() if hasattr(t, "element_size"))
+
+
+def shared_weight_bytes(programs) -> int:
+    """``weight_bytes`` of programs that share their tensors (one model's): each tensor counted once."""
+    tensors = {}
+    for program in programs:
+        tensors.update({id(t): t for t in {**program.constants, **program.state_dict}.values() if hasattr(t, "element_size")})
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 def _with_non_persistent_buffers(program):

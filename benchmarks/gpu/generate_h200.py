@@ -1,0 +1,592 @@
+"""LLM generation on the H200 (issue 18): compile_causal_lm packages against transformers' generate.
+
+    python benchmarks/gpu/generate_h200.py build .gpu/gen/pkgs                 # here: packages, packed
+    python3 benchmarks/gpu/generate_h200.py run .gpu/gen/pkgs --out $OUT       # there (run.sh): checks, timing
+    python benchmarks/gpu/generate_h200.py report $DIR --date 2026-12-05      # here: benchmarks/results/
+
+Both sides build every model from its config with deterministic weights that do not depend on
+torch's random generator (``fill_hashed``, ``fill_tiled``: numpy integer hashes), so the torch side
+there is the model the packages were compiled from here.
+
+1. ``check`` packages: GPT-2, Llama, Mistral, Qwen2 at small configs (``SMALL``), fp32 and fp16,
+   every weight hashed. There, per package and per target in it: teacher-forced logits (the prompt's
+   prefill, then one decode per token of HF's greedy continuation) against HF eager fp32 on the GPU,
+   next to HF eager fp16's error on the same tokens (the fp16 yardstick), and free-running greedy
+   tokens against HF generate at the same precision.
+2. ``timing`` packages: Llama-1B width (``LLAMA_1B``: hidden 2048, 16 layers, 32/8 heads, FFN 8192,
+   vocab 32000; 1.1 B parameters, fp16, external parameters), weights one random 64x64 sign block
+   tiled over each matrix (packs ~1000x for the trip; the timing does not depend on the values).
+   Context C is the total length: a prompt of C - N random tokens and N new tokens (greedy, no
+   early stop); the package's max_seq_len and HF's static cache are both C. For each (batch, C):
+     prefill ms    t(generate 1 new token): the prompt's forward, one token chosen
+     decode tok/s  batch * (N - 1) / (t(generate N) - t(generate 1))
+   timed with CUDA synchronisation, medians over interleaved rounds, same prompts, for cuvil
+   (the package's first target that loads: Hopper kernels; and the plain cuda:h200 module) and
+   HF generate eager (dynamic cache) and with a static cache (cache_implementation="static", which
+   HF generate compiles with torch.compile, mode reduce-overhead: CUDA graphs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+TARGETS = "cuda:h200{hopper-mode=target-description},cuda:h200"
+SMALL = dict(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128)
+LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                num_key_value_heads=8, max_position_embeddings=2048)
+# a CPU dry run's stand-in for LLAMA_1B (same code path, seconds to build and run)
+LLAMA_TINY = dict(vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256)
+ARCHS = ("gpt2", "llama", "mistral", "qwen2")
+CHECK = dict(batch=2, prompt=13, new_tokens=16, max_seq_len=64, prefill_len=8)  # prompt > a chunk: two prefill calls
+CASES = "1x128,8x128,1x2048,8x2048"
+NEW_TOKENS = 32
+ROUNDS = 3
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- models (both sides)
+
+
+def hashed_uniform(seed: int, n: int) -> np.ndarray:
+    """n numbers in [-1, 1) from splitmix64 of (seed, index): the same on every machine."""
+    with np.errstate(over="ignore"):
+        z = (np.arange(n, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)) * np.uint64(0xBF58476D1CE4E5B9)
+        z ^= z >> np.uint64(31)
+        z *= np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(29)
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0 ** -52 - 1.0
+
+
+def fill_hashed(model, scale: float = 0.1) -> None:
+    """Every floating-point parameter from its own hash stream: matrices uniform with std
+    ``scale``, 1-D weights (norms) 1 + scale * u, biases scale * u."""
+    import torch
+
+    with torch.no_grad():
+        for k, (name, p) in enumerate(model.named_parameters()):
+            u = torch.from_numpy(hashed_uniform(k + 1, p.numel()).reshape(p.shape))
+            value = u * (scale * 3 ** 0.5) if p.dim() >= 2 else (1 + scale * u if name.endswith("weight") else scale * u)
+            p.copy_(value.to(p.dtype))
+
+
+def fill_tiled(model, period: int = 64, scale: float = 0.02) -> None:
+    """Each matrix: one ``period`` x ``period`` block of +-scale (signs hashed per matrix) tiled
+    over it (gpu_models.tiled_sign_weights without torch's generator); 1-D weights stay as built
+    (norms: ones)."""
+    import torch
+
+    with torch.no_grad():
+        for k, (_, p) in enumerate(model.named_parameters()):
+            if p.dim() < 2:
+                continue
+            signs = torch.from_numpy(np.where(hashed_uniform(k + 1, period * period) >= 0, scale, -scale).reshape(period, period))
+            rows, cols = p.shape[0], p[0].numel()
+            tiled = signs.to(device=p.device, dtype=p.dtype).repeat(-(-rows // period), -(-cols // period))[:rows, :cols]
+            p.copy_(tiled.reshape(p.shape))
+
+
+def small_model(arch: str, dtype: str = "fp32", device: str = "cpu"):
+    import torch
+    import transformers
+
+    if arch == "gpt2":
+        config = transformers.GPT2Config(vocab_size=SMALL["vocab_size"], n_embd=SMALL["hidden_size"], n_layer=SMALL["num_hidden_layers"],
+                                         n_head=SMALL["num_attention_heads"], n_positions=SMALL["max_position_embeddings"])
+    else:
+        cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig, "qwen2": transformers.Qwen2Config}[arch]
+        config = cls(**SMALL, **({"sliding_window": None} if arch == "mistral" else {}))
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    fill_hashed(model)
+    return _ready(model, dtype, device)
+
+
+def llama(size: dict, dtype: str = "fp16", device: str = "cpu"):
+    import torch
+    import transformers
+
+    with torch.device(device):
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**size))
+    fill_tiled(model)
+    return _ready(model, dtype, device)
+
+
+def _ready(model, dtype: str, device: str):
+    import torch
+
+    model.generation_config.eos_token_id = None  # random weights: every row runs to N tokens
+    model.generation_config.pad_token_id = 0
+    return model.eval().to(device=device, dtype={"fp32": torch.float32, "fp16": torch.float16}[dtype])
+
+
+def prompt(batch: int, length: int, vocab: int, seed: int):
+    import torch
+
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------- build (here)
+
+
+def build(args) -> None:
+    import torch
+
+    import cuvil_mlir
+    import dedup
+
+    out = Path(args.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"packages": []}
+    done = {p["file"] for p in manifest["packages"] if (out / p["file"]).exists()}
+    manifest["packages"] = [p for p in manifest["packages"] if p["file"] in done]
+    manifest.update(targets=args.targets, new_tokens=args.new_tokens, llama=LLAMA_TINY if args.tiny else LLAMA_1B, check=CHECK,
+                    created=datetime.now(timezone.utc).isoformat(timespec="seconds"), command="python " + " ".join(sys.argv))
+
+    def add(entry: dict, lm) -> None:
+        path = out / entry["file"].removesuffix(".dd.xz")
+        start = time.perf_counter()
+        lm.save(path)
+        data = path.read_bytes()
+        packed = dedup.pack(data)
+        (out / entry["file"]).write_bytes(packed)
+        path.unlink()
+        entry.update(bytes=len(data), packed_bytes=len(packed), active_targets=[m.target for m in lm.modules],
+                     save_pack_s=round(time.perf_counter() - start, 1), patterns_fired=lm.patterns_fired,
+                     kernels=len(lm.metadata.get("kernels", [])))
+        manifest["packages"].append(entry)
+        manifest_path.write_text(json.dumps(manifest, indent=1))
+        log(f"{entry['file']}: {len(data) / 2**20:.1f} -> {len(packed) / 2**20:.2f} MiB, compile {entry['compile_s']} s")
+
+    if "check" in args.what:
+        for arch in ARCHS:
+            for precision in ("fp32", "fp16"):
+                name = f"check-{arch}-{precision}.cuvilpkg.dd.xz"
+                if name in done:
+                    continue
+                model = small_model(arch, precision)
+                start = time.perf_counter()
+                lm = cuvil_mlir.compile_causal_lm(model, max_seq_len=CHECK["max_seq_len"], batch=CHECK["batch"],
+                                                  prefill_len=CHECK["prefill_len"], target=args.targets, params="external")
+                add({"kind": "check", "file": name, "arch": arch, "precision": precision,
+                     "compile_s": round(time.perf_counter() - start, 1)}, lm)
+    if "timing" in args.what:
+        size = LLAMA_TINY if args.tiny else LLAMA_1B
+        model = None
+        for case in args.cases.split(","):
+            batch, context = (int(x) for x in case.split("x"))
+            name = f"timing-llama-b{batch}-c{context}.cuvilpkg.dd.xz"
+            if name in done:
+                continue
+            model = model or llama(size, "fp16")
+            prompt_len = context - args.new_tokens
+            start = time.perf_counter()
+            lm = cuvil_mlir.compile_causal_lm(model, max_seq_len=context, batch=batch, prefill_len=prompt_len,
+                                              target=args.targets, params="external")
+            add({"kind": "timing", "file": name, "batch": batch, "context": context, "prompt_len": prompt_len,
+                 "new_tokens": args.new_tokens, "compile_s": round(time.perf_counter() - start, 1)}, lm)
+            del lm
+    total = sum(p["packed_bytes"] for p in manifest["packages"])
+    log(f"{len(manifest['packages'])} packages, {total / 2**20:.2f} MiB packed in {out}")
+
+
+# ---------------------------------------------------------------- run (there)
+
+
+class Results:
+    """The JSON file of a run, rewritten after every item. An existing file is continued (run.sh
+    starts the run again when its process died): items done are skipped, and the item that was
+    in progress is recorded as crashed, not tried again."""
+
+    def __init__(self, path: Path, head: dict):
+        self.path = path
+        self.data = {**head, "checks": [], "timing": []}
+        if path.exists():
+            old = json.loads(path.read_text())
+            self.data.update(checks=old["checks"], timing=old["timing"], restarts=old.get("restarts", 0) + 1)
+            crashed = old.get("in_progress")
+            if crashed:
+                for row in self.data["checks"] + self.data["timing"]:
+                    if row.get("file") == crashed and row.get("status") == "started":
+                        row["status"] = "crashed: the process died in this item"
+                if not any(row.get("file") == crashed for row in self.data["checks"] + self.data["timing"]):
+                    self.data["checks"].append({"file": crashed, "status": "crashed: the process died in this item"})
+        self.flush()
+
+    def done(self, file: str) -> bool:
+        return any(row.get("file") == file for row in self.data["checks"] + self.data["timing"])
+
+    def start(self, file: str) -> None:
+        self.data["in_progress"] = file
+        self.flush()
+
+    def add(self, section: str, row: dict) -> None:
+        self.data[section].append(row)
+        self.flush()
+
+    def flush(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1))
+        tmp.replace(self.path)
+
+
+def unpacked(dir_: Path, entry: dict, scratch: Path) -> Path:
+    import dedup
+
+    path = scratch / entry["file"].removesuffix(".dd.xz")
+    if not path.exists():
+        path.write_bytes(dedup.unpack((dir_ / entry["file"]).read_bytes()))
+    return path
+
+
+def run(args) -> None:
+    import torch
+    import transformers
+
+    import cuvil_mlir
+
+    start = time.monotonic()
+    deadline = start + args.deadline
+    dir_ = Path(args.dir)
+    manifest = json.loads((dir_ / "manifest.json").read_text())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    device = args.device
+    results = Results(out / args.name, {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": _machine(device),
+        "torch": torch.__version__, "transformers": transformers.__version__, "device": device,
+        "command": "python3 " + " ".join(sys.argv), "manifest": {k: v for k, v in manifest.items() if k != "packages"},
+        "packages": manifest["packages"]})
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    only = set(args.only.split(",")) if args.only else {"check", "timing"}
+
+    if "check" in only:
+        for entry in [p for p in manifest["packages"] if p["kind"] == "check" and not results.done(p["file"])]:
+            if time.monotonic() > deadline - args.reserve:
+                results.add("checks", {"file": entry["file"], "status": "skipped: deadline"})
+                continue
+            results.start(entry["file"])
+            try:
+                rows = check_package(unpacked(dir_, entry, scratch), entry, manifest, device)
+            except Exception as e:
+                rows = [{"file": entry["file"], "status": f"failed: {type(e).__name__}: {str(e)[:800]}",
+                         "traceback": traceback.format_exc()[-2000:]}]
+            for row in rows:
+                results.add("checks", row)
+                log(f"check {row.get('file')} {row.get('target', '')}: {row.get('status')} "
+                    f"{_brief(row, ('rel_err', 'hf_fp16_rel_err', 'tokens_equal'))}")
+
+    if "timing" in only:
+        for entry in [p for p in manifest["packages"] if p["kind"] == "timing" and not results.done(p["file"])]:
+            left = deadline - time.monotonic()
+            if left < args.case_min_s:
+                results.add("timing", {**_case_head(entry), "status": f"skipped: deadline ({left:.0f} s left)"})
+                continue
+            row = {**_case_head(entry), "status": "started"}
+            results.start(entry["file"])
+            results.add("timing", row)  # filled in as the case goes (flushed after each step)
+            try:
+                timing_case(unpacked(dir_, entry, scratch), entry, manifest, device, sync, deadline, args, row,
+                            lambda: results.flush())
+                row["status"] = "ok"
+            except Exception as e:
+                row["status"] = f"failed: {type(e).__name__}: {str(e)[:800]}"
+                row["traceback"] = traceback.format_exc()[-2000:]
+            results.flush()
+            (scratch / entry["file"].removesuffix(".dd.xz")).unlink(missing_ok=True)
+            log(f"timing b{entry['batch']} c{entry['context']}: {row['status']} {json.dumps(row.get('results', {}))}")
+            torch.cuda.empty_cache() if device == "cuda" else None
+    results.data["in_progress"] = None
+    results.data["wall_s"] = round(results.data.get("wall_s", 0) + time.monotonic() - start, 1)
+    results.flush()
+    log(summary(results.data))
+
+
+def _case_head(entry: dict) -> dict:
+    return {"file": entry["file"], **{k: entry[k] for k in ("batch", "context", "prompt_len", "new_tokens")}}
+
+
+def _brief(row: dict, keys) -> str:
+    return " ".join(f"{k}={row[k]}" for k in keys if k in row)
+
+
+def _machine(device: str) -> str:
+    import torch
+
+    gpu = torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else "no GPU"
+    return f"{platform.node()}, {gpu}, {os.cpu_count()} CPU cores"
+
+
+def check_package(path: Path, entry: dict, manifest: dict, device: str) -> list[dict]:
+    """Per target of the package: teacher-forced logits vs HF eager fp32 (and HF fp16's error on
+    the same tokens), free-running greedy tokens vs HF generate at the package's precision."""
+    import torch
+
+    import cuvil_mlir
+
+    check = manifest["check"]
+    arch, precision = entry["arch"], entry["precision"]
+    b, p, n = check["batch"], check["prompt"], check["new_tokens"]
+    ref32 = small_model(arch, "fp32", device)
+    ids = prompt(b, p, ref32.config.vocab_size, seed=p)
+    with torch.no_grad():
+        greedy32 = ref32.generate(ids.to(device), attention_mask=torch.ones_like(ids, device=device), max_new_tokens=n,
+                                  do_sample=False, disable_compile=True).cpu()
+        forced = greedy32[:, :-1]  # logits at positions p-1 .. p+n-2 predict the n new tokens
+        want = ref32(forced.to(device)).logits[:, p - 1:].float().cpu()
+        ref16 = small_model(arch, "fp16", device)
+        hf16 = ref16(forced.to(device)).logits[:, p - 1:].float().cpu()
+        greedy_same = greedy32 if precision == "fp32" else ref16.generate(
+            ids.to(device), attention_mask=torch.ones_like(ids, device=device), max_new_tokens=n, do_sample=False,
+            disable_compile=True).cpu()
+    scale = float(want.abs().max())
+    hf16_err = float((hf16 - want).abs().max()) / scale
+    rows = []
+    for target in entry["active_targets"]:
+        row = {"file": entry["file"], "arch": arch, "precision": precision, "target": target,
+               "hf_fp16_rel_err": round(hf16_err, 6)}
+        t0 = time.perf_counter()
+        try:
+            lm = cuvil_mlir.load(path, prefer=target)
+            row["loaded_target"] = lm.active_target
+            row["load_s"] = round(time.perf_counter() - t0, 2)
+            got = [lm.prefill(ids)]
+            for i in range(n - 1):
+                got.append(lm.decode(forced[:, p + i:p + i + 1], p + i))
+            got = torch.stack(got, dim=1).float()
+            err = float((got - want).abs().max()) / scale
+            row["rel_err"] = round(err, 6)
+            row["argmax_agree"] = round(float((got.argmax(-1) == want.argmax(-1)).float().mean()), 4)
+            tokens = lm.generate(ids, max_new_tokens=n)
+            same = (tokens[:, p:] == greedy_same[:, p:])
+            row["tokens_equal"] = bool(same.all())
+            row["tokens_equal_prefix"] = int(same.all(0).long().cumprod(0).sum())  # new tokens equal in every row
+            # fp32: within 1e-4 of HF fp32 and the same greedy tokens; fp16: no worse than 4x HF fp16's own error
+            ok = err < 1e-4 and row["tokens_equal"] if precision == "fp32" else err <= max(4 * hf16_err, 2e-3)
+            row["status"] = "ok" if ok and row["loaded_target"] == target else (
+                "fallback" if row["loaded_target"] != target else "numerics off")
+            del lm
+        except Exception as e:
+            row["status"] = f"failed: {type(e).__name__}: {str(e)[:800]}"
+        rows.append(row)
+    return rows
+
+
+def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, deadline: float, args, row: dict, flush) -> None:
+    """One (batch, context): cuvil (each target) and HF eager / static-cache generate, timed in
+    interleaved rounds; prefill logits compared with HF fp16 eager."""
+    import torch
+
+    import cuvil_mlir
+
+    b, c, p, n = entry["batch"], entry["context"], entry["prompt_len"], entry["new_tokens"]
+    size = manifest["llama"]
+    if device == "cuda":
+        torch._dynamo.reset()  # a fresh model per case: no stale guards, no recompile limit reached
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    t0 = time.perf_counter()
+    model = llama(size, "fp16", device)
+    row["hf_build_s"] = round(time.perf_counter() - t0, 1)
+    ids = prompt(b, p, size["vocab_size"], seed=c)
+    ids_dev = ids.to(device)
+    mask = torch.ones_like(ids_dev)
+    fns, tokens = {}, {}
+    row["results"], row["notes"] = {}, {}
+
+    for target in entry["active_targets"]:
+        name = "cuvil" if target == entry["active_targets"][0] else "cuvil_plain"
+        t0 = time.perf_counter()
+        try:
+            lm = cuvil_mlir.load(path, prefer=target, verify=name == "cuvil")  # the archive's sha256 checked once
+            row["notes"][f"{name}_target"] = lm.active_target
+            row["notes"][f"{name}_load_s"] = round(time.perf_counter() - t0, 1)
+            if lm.active_target != target:
+                row["notes"][name] = f"{target} did not load; ran {lm.active_target}"
+                continue
+            fns[name] = (lambda lm: lambda count: lm.generate(ids, max_new_tokens=count))(lm)
+            with torch.no_grad():
+                want = model(ids_dev).logits[:, -1].float().cpu()
+            got = lm.prefill(ids).float()
+            row["notes"][f"{name}_prefill_logits_rel_err_vs_hf_fp16"] = round(float((got - want).abs().max() / want.abs().max()), 5)
+        except Exception as e:
+            row["notes"][name] = f"failed: {type(e).__name__}: {str(e)[:600]}"
+
+    def hf(static: bool):
+        extra = {"cache_implementation": "static"} if static else {"disable_compile": True}
+
+        def generate(count):
+            with torch.no_grad():
+                return model.generate(ids_dev, attention_mask=mask, max_new_tokens=count, min_new_tokens=count,
+                                      do_sample=False, **extra)
+        return generate
+
+    fns["hf_eager"] = hf(False)
+    if time.monotonic() < deadline - args.compile_min_s:
+        fns["hf_static_compile"] = hf(True)
+    else:
+        row["notes"]["hf_static_compile"] = "skipped: deadline"
+
+    for name, fn in list(fns.items()):  # warm-up (torch.compile's and CUDA graphs' too), tokens kept
+        t0 = time.perf_counter()
+        try:
+            for count in (n, 1, n):
+                ids_out = fn(count)
+                sync()
+                if count == n:
+                    tokens[name] = ids_out.cpu()
+        except Exception as e:
+            row["notes"][name] = f"failed: {type(e).__name__}: {str(e)[:600]}"
+            del fns[name]
+            continue
+        row["notes"][f"{name}_warmup_s"] = round(time.perf_counter() - t0, 1)
+        flush()
+    times = {name: {1: [], n: []} for name in fns}
+    for r in range(args.rounds):
+        if r and time.monotonic() > deadline - 10:
+            row["notes"]["rounds"] = f"{r} of {args.rounds}: deadline"
+            break
+        for name, fn in fns.items():
+            for count in (1, n):
+                sync()
+                t0 = time.perf_counter()
+                fn(count)
+                sync()
+                times[name][count].append(time.perf_counter() - t0)
+    for name in fns:
+        t1, tn = statistics.median(times[name][1]), statistics.median(times[name][n])
+        row["results"][name] = {
+            "prefill_ms": round(t1 * 1e3, 2), "decode_tok_s": round(b * (n - 1) / max(tn - t1, 1e-9), 1),
+            "generate_ms": round(tn * 1e3, 1), "rounds": len(times[name][n]),
+            "same_tokens_as_hf_eager": bool(torch.equal(tokens[name], tokens["hf_eager"])) if "hf_eager" in tokens else None}
+        flush()
+
+
+def summary(data: dict) -> str:
+    lines = [f"generate_h200: {data.get('wall_s')} s"]
+    for r in data["checks"]:
+        lines.append(f"  check {r.get('arch')} {r.get('precision')} {r.get('target', r.get('file'))}: {r['status']} "
+                     f"{_brief(r, ('rel_err', 'hf_fp16_rel_err', 'tokens_equal'))}")
+    for r in data["timing"]:
+        cells = " ".join(f"{k}: {v['prefill_ms']} ms / {v['decode_tok_s']} tok/s" for k, v in r.get("results", {}).items())
+        lines.append(f"  B={r['batch']} C={r['context']}: {r['status']} {cells}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- report (here)
+
+
+def report(args) -> None:
+    data = json.loads(Path(args.results).read_text() if Path(args.results).is_file() else (Path(args.results) / "generate.json").read_text())
+    prefix = Path(args.out or f"benchmarks/results/generate-h200-{args.date}")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    data["report"] = {"date": args.date, "command": "python " + " ".join(sys.argv)}
+    prefix.with_suffix(".json").write_text(json.dumps(data, indent=1))
+    prefix.with_suffix(".md").write_text(render(data, args.date))
+    print(f"wrote {prefix}.md and {prefix}.json")
+
+
+def render(data: dict, date: str) -> str:
+    m = data["manifest"]
+    size = m["llama"]
+    n = m["new_tokens"]
+    lines = [f"# Generation on the GPU: cuvil compile_causal_lm vs transformers generate ({date})", "",
+             f"Measured {data['date']} on {data['machine']} (device `{data['device']}`); torch {data['torch']}, "
+             f"transformers {data['transformers']}; packages built with `{m['command']}` ({m['created']}), targets "
+             f"`{m['targets']}`. Run: `{data['command']}` ({data.get('wall_s')} s). Report: `{data['report']['command']}`.", "",
+             "## Numerics (small configs, hashed weights)", "",
+             f"Batch {m['check']['batch']}, prompt {m['check']['prompt']} tokens (prefill chunk {m['check']['prefill_len']}), "
+             f"{m['check']['new_tokens']} new tokens. rel err: max |logits - HF eager fp32| / max |HF fp32| over the prefill "
+             "and every teacher-forced decode step (HF's greedy fp32 tokens fed); HF fp16: the same for HF eager fp16; tokens: "
+             "cuvil's free-running greedy tokens vs HF generate at the package's precision.", "",
+             "| arch | precision | target | status | rel err | HF fp16 rel err | argmax agree | tokens equal (prefix) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in data["checks"]:
+        lines.append(f"| {r.get('arch', r.get('file'))} | {r.get('precision', '')} | {r.get('target', '')} | {r['status'][:120]} | "
+                     f"{r.get('rel_err', '')} | {r.get('hf_fp16_rel_err', '')} | {r.get('argmax_agree', '')} | "
+                     f"{r.get('tokens_equal', '')} ({r.get('tokens_equal_prefix', '')}) |")
+    params = 2 * size["vocab_size"] * size["hidden_size"] + size["num_hidden_layers"] * size["hidden_size"] * (
+        2 * size["hidden_size"] + 2 * size["hidden_size"] * size["num_key_value_heads"] // size["num_attention_heads"]
+        + 3 * size["intermediate_size"])
+    lines += ["", f"## Speed: Llama (hidden {size['hidden_size']}, {size['num_hidden_layers']} layers, "
+              f"{size['num_attention_heads']}/{size['num_key_value_heads']} heads, FFN {size['intermediate_size']}, vocab "
+              f"{size['vocab_size']}: {params / 1e9:.2f} B parameters), fp16", "",
+              f"Context C = the total length: prompt C - {n} random tokens, {n} new tokens (greedy, no early stop); cuvil's "
+              "max_seq_len and HF's static cache are C, cuvil prefills the prompt in one call. prefill ms = t(generate 1 new "
+              f"token); decode tok/s = batch x {n - 1} / (t(generate {n}) - t(generate 1)); CUDA-synchronized wall time, medians "
+              "of interleaved rounds. Entries: cuvil (the package's first target: Hopper kernels), cuvil_plain (its "
+              "cuda:h200 module), hf_eager (generate, dynamic cache), hf_static_compile (generate with "
+              "cache_implementation=\"static\": HF compiles the decode step with torch.compile, reduce-overhead). Weights: "
+              "one random 64x64 sign block tiled over each matrix (timing does not depend on values; greedy tokens are then "
+              "mostly ties, so token equality there is no check).", "",
+              "| batch | context | entry | prefill ms | decode tok/s | cuvil vs entry (decode) | same tokens as eager |",
+              "|---|---|---|---|---|---|---|"]
+    for r in data["timing"]:
+        res = r.get("results", {})
+        if not res:
+            lines.append(f"| {r['batch']} | {r['context']} | - | {r['status'][:150]} | | | |")
+            continue
+        ours = res.get("cuvil", {}).get("decode_tok_s")
+        for name, v in res.items():
+            ratio = f"{ours / v['decode_tok_s']:.2f}x" if ours and v["decode_tok_s"] and name != "cuvil" else ""
+            lines.append(f"| {r['batch']} | {r['context']} | {name} | {v['prefill_ms']} | {v['decode_tok_s']} | {ratio} | "
+                         f"{v['same_tokens_as_hf_eager']} |")
+    lines += ["", "Per case (load and warm-up seconds, prefill logits vs HF fp16 eager, failures):", ""]
+    for r in data["timing"]:
+        lines.append(f"- B={r['batch']} C={r['context']} ({r['status'][:200]}): {json.dumps(r.get('notes', {}))}")
+    lines += ["", "Packages: " + ", ".join(f"{p['file']} ({p['bytes'] / 2**20:.0f} MiB, compile {p['compile_s']} s)"
+                                           for p in data["packages"]), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="compile and pack the packages (here)")
+    b.add_argument("dir")
+    b.add_argument("--targets", default=TARGETS)
+    b.add_argument("--cases", default=CASES, help="BATCHxCONTEXT, comma-separated")
+    b.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
+    b.add_argument("--what", default="check,timing")
+    b.add_argument("--tiny", action="store_true", help="LLAMA_TINY instead of LLAMA_1B (a CPU dry run)")
+    r = sub.add_parser("run", help="checks and timing (there)")
+    r.add_argument("dir")
+    r.add_argument("--out", required=True)
+    r.add_argument("--name", default="generate.json")
+    r.add_argument("--device", default="cuda")
+    r.add_argument("--deadline", type=float, default=480, help="seconds; no new item starts after")
+    r.add_argument("--reserve", type=float, default=300, help="checks stop when less than this is left (for timing)")
+    r.add_argument("--case-min-s", type=float, default=45, help="a timing case starts only with this much left")
+    r.add_argument("--compile-min-s", type=float, default=150, help="HF static+compile runs only with this much left")
+    r.add_argument("--rounds", type=int, default=ROUNDS)
+    r.add_argument("--only", default="", help="check,timing")
+    r.add_argument("--scratch", default="/tmp/gen-pkgs")
+    rep = sub.add_parser("report", help="benchmarks/results/generate-h200-DATE.{md,json} from a run's generate.json")
+    rep.add_argument("results", help="generate.json or the folder that holds it")
+    rep.add_argument("--date", required=True)
+    rep.add_argument("--out", default="", help="PREFIX (default benchmarks/results/generate-h200-DATE)")
+    args = p.parse_args()
+    {"build": build, "run": run, "report": report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
