@@ -129,7 +129,8 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
     used = set().union(*(result.parameters for result in built))
     parameters = None if store is None else Parameters.in_memory(store.subset(used).arrays)
     if parameters is not None:
-        metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes}
+        metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes,
+                                  **params.describe(store, used)}
     return _compiled(built, metadata, prepared, parameters)
 
 
