@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -67,20 +68,42 @@ class ParameterStore:
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     recipes: dict[str, dict] = field(default_factory=dict)  # derived key -> how it is computed from others
+    abstract: set[str] = field(default_factory=set)  # keys with a shape and dtype but no data (stub weights)
 
     def add(self, key: str, array: np.ndarray) -> str:
         self.arrays[key] = np.ascontiguousarray(array)
         return key
 
     def add_derived(self, array: np.ndarray, recipe: dict | None = None) -> str:
-        """Store a weight a pass computed, under a key made from its bytes, dtype and shape;
-        ``recipe``: how it is computed from other parameters (``evaluate``), when it is."""
+        """Store a weight a pass computed, under a key made from its bytes, dtype, shape and
+        ``recipe`` (how it is computed from other parameters, ``evaluate``; None when it is not
+        a rearrangement): two weights with equal bytes but different sources (norm weights
+        that are all ones) keep separate keys, so they can be rebuilt from other values."""
         array = np.ascontiguousarray(array)
+        if recipe is None and self.abstract and array.dtype.kind == "f" and np.isnan(array).any():
+            from cuvil_mlir.core.diagnostics import CuvilError
+
+            raise CuvilError("a pass computed a weight from the values of stub weights (no data; core/params.py "
+                             "stub_weights): it cannot be rebuilt from them; compile this model with real weights")
         digest = hashlib.blake2b(memoryview(array.reshape(-1).view(np.uint8)), digest_size=12)
         digest.update(f"{array.dtype.str}{array.shape}".encode())
-        key = self.add(f"derived.{digest.hexdigest()}", array)
+        if recipe is not None:
+            digest.update(json.dumps(recipe, sort_keys=True).encode())
+        key = f"derived.{digest.hexdigest()}"
+        if recipe is not None and recipe_keys(recipe) & self.abstract:
+            self.abstract.add(key)  # computed from stubs: keep its shape, not its (meaningless) bytes
+            array = _placeholder(array.shape, array.dtype)
+        self.add(key, array)
         if recipe is not None:
             self.recipes.setdefault(key, recipe)
+        return key
+
+    def add_abstract(self, key: str, shape, dtype) -> str:
+        """A parameter known by its shape and dtype only (a stub weight): passes read it as NaN
+        (a float; 0 otherwise), so a weight computed from its values is caught (``add_derived``)
+        and a value-based match (a zero bias, a weight of ones) does not fire."""
+        self.arrays[key] = _placeholder(shape, dtype)
+        self.abstract.add(key)
         return key
 
     def get(self, key: str) -> np.ndarray | None:
@@ -88,10 +111,40 @@ class ParameterStore:
 
     def subset(self, keys) -> "ParameterStore":
         keys = sorted(keys)
-        return ParameterStore({k: self.arrays[k] for k in keys}, {k: self.recipes[k] for k in keys if k in self.recipes})
+        return ParameterStore({k: self.arrays[k] for k in keys}, {k: self.recipes[k] for k in keys if k in self.recipes},
+                              self.abstract & set(keys))
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays.values())
+
+
+def _placeholder(shape, dtype) -> np.ndarray:
+    """A read-only array of ``shape`` that takes no memory: one NaN (0 for integers) broadcast."""
+    dtype = np.dtype(dtype)
+    fill = np.nan if dtype.kind == "f" or dtype.name == "bfloat16" else 0
+    return np.broadcast_to(np.array(fill, dtype), tuple(shape))
+
+
+def is_stub(tensor) -> bool:
+    """A torch tensor of several elements whose strides are all 0: an ``expand``ed scalar, the
+    form ``stub_weights`` gives weights, which an external-parameter compile never reads."""
+    return tensor.numel() > 1 and all(s == 0 for s in tensor.stride())
+
+
+def stub_weights(module, min_bytes: int = MIN_PARAMETER_BYTES) -> None:
+    """Replace every parameter of ``module`` (an nn.Module, e.g. built on the meta device) of at
+    least ``min_bytes`` by a stub of its shape and dtype that holds no memory. Compiled with
+    ``params="external"``, its weights become parameters without data: the modules of a model
+    too big to hold here, whose weights are supplied at load time (``save(parameters="none")``).
+    Passes that rearrange weights record recipes as usual; one that computes from weight values
+    (BN folding, quantization) cannot run and raises."""
+    import torch
+
+    for sub in module.modules():
+        for name, p in list(sub.named_parameters(recurse=False)):
+            if p.numel() * p.element_size() >= min_bytes:
+                stub = torch.zeros((), dtype=p.dtype).expand(p.shape)
+                setattr(sub, name, torch.nn.Parameter(stub, requires_grad=False))
 
 
 def describe(store: ParameterStore, used) -> dict:

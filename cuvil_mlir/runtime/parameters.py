@@ -38,11 +38,17 @@ class Parameters:
     length: int = 0
     sha256: str = ""
     scope: str = SCOPE
+    abstract: bool = False  # compiled from stub weights (core/params.py stub_weights): shapes, no values
     _map: mmap.mmap | None = field(default=None, repr=False)
 
     @classmethod
-    def in_memory(cls, arrays: dict[str, np.ndarray]) -> "Parameters":
-        return cls(arrays=dict(arrays))
+    def in_memory(cls, arrays: dict[str, np.ndarray], abstract: bool = False) -> "Parameters":
+        return cls(arrays=dict(arrays), abstract=abstract)
+
+    def require_values(self) -> None:
+        if self.abstract:
+            raise PackageError("this program was compiled from stub weights (no values): save it with "
+                               "save(path, parameters='none') and load it with load(path, parameters=...)")
 
     @property
     def nbytes(self) -> int:
@@ -71,6 +77,7 @@ class Parameters:
     def write_archive(self, out, scratch: Path) -> str:
         """Write the archive's bytes to the binary file ``out``; returns their sha256. In-memory
         parameters are written by IREE's archive writer to ``scratch`` first (then copied and removed)."""
+        self.require_values()
         digest = hashlib.sha256()
         if self.arrays is None:
             data = self.view()

@@ -330,6 +330,7 @@ class Session:
 def _parameter_index(parameters):
     """An IREE parameter index over ``parameters``: the in-memory arrays as they are (no
     copy), or the mapped archive (its entries point into the mapping)."""
+    parameters.require_values()
     rt = _runtime()
     index = rt.ParameterIndex()
     if parameters.arrays is not None:

@@ -10,7 +10,7 @@ import torch
 
 import cuvil_mlir
 from cuvil_mlir.core import params
-from cuvil_mlir.core.diagnostics import PackageError
+from cuvil_mlir.core.diagnostics import CuvilError, PackageError
 from cuvil_mlir.runtime import session
 from cuvil_mlir.runtime.parameters import generate, source_keys
 
@@ -142,3 +142,41 @@ def test_a_derived_weight_without_recipe_cannot_be_generated():
         source_keys(description)
     with pytest.raises(ValueError, match="unknown parameter recipe op 'fold'"):
         params.evaluate({"op": "fold", "input": {"op": "param", "key": "w"}}, {"w": np.ones(2)}.__getitem__)
+
+
+def test_distinct_sources_keep_distinct_derived_keys():
+    """Equal bytes from different sources (all-ones norm weights, widened) get separate keys."""
+    store = params.ParameterStore()
+    ones = np.ones(2048, np.float16)
+    a = store.add_derived(ones.astype(np.float32), params.cast(params.param("n0"), np.float32))
+    b = store.add_derived(ones.astype(np.float32), params.cast(params.param("n1"), np.float32))
+    c = store.add_derived(ones.astype(np.float32), params.cast(params.param("n0"), np.float32))
+    assert a != b and a == c
+
+
+def test_stub_weights_compile_without_values_and_run_with_generated_ones(tmp_path):
+    """The path of a model too big to hold here: weights as stubs (no memory), modules compiled,
+    package saved without parameters, parameters generated and supplied at load time."""
+    model, args = _llama()
+    params.stub_weights(model)
+    assert all(p.stride() == (0,) * p.dim() for p in model.parameters())
+    compiled = cuvil_mlir.compile(model, args, params="external")
+    with pytest.raises(PackageError, match="stub weights"):
+        compiled(*args)
+    with pytest.raises(PackageError, match="stub weights"):
+        compiled.save(tmp_path / "x.cuvilpkg")
+    compiled.save(tmp_path / "m.cuvilpkg", parameters="none")
+    description = compiled.metadata["parameters"]
+    assert sum(k.startswith("derived.") for k in description["entries"]) == 2  # Q/K/V, gate/up: recipes over stubs
+    entries, sources = generate(description, seed=3)
+    reference, _ = _llama()
+    reference.load_state_dict({k: torch.from_numpy(v) for k, v in sources.items()}, strict=False)
+    run = cuvil_mlir.load(tmp_path / "m.cuvilpkg", parameters=entries)
+    torch.testing.assert_close(run(*args), reference(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_a_pass_that_reads_stub_values_refuses():
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 64, 3), torch.nn.BatchNorm2d(64)).eval()
+    params.stub_weights(model, min_bytes=1024)
+    with pytest.raises(CuvilError, match="computed a weight from the values of stub weights"):
+        cuvil_mlir.compile(model, (torch.randn(1, 8, 8, 8),), params="external")
