@@ -168,7 +168,7 @@ def describe(store: ParameterStore, used) -> dict:
 # ---------------------------------------------------------------------------------------
 # Recipes: how a derived weight is computed from parameters (JSON trees; None = unknown).
 
-RECIPE_OPS = ("param", "concat", "cast", "transpose", "reshape", "rows", "zeros")
+RECIPE_OPS = ("param", "value", "concat", "cast", "transpose", "reshape", "rows", "zeros")
 
 
 def dtype_name(dtype) -> str:
@@ -214,6 +214,15 @@ def rows(recipe: dict | None, start: int, stop: int) -> dict | None:
     return None if recipe is None else {"op": "rows", "start": int(start), "stop": int(stop), "input": recipe}
 
 
+def value(array: np.ndarray) -> dict:
+    """A small constant's own bytes (one that stayed a literal, under MIN_PARAMETER_BYTES)."""
+    import base64
+
+    array = np.ascontiguousarray(array)
+    return {"op": "value", "shape": list(array.shape), "dtype": dtype_name(array.dtype),
+            "data": base64.b64encode(array.tobytes()).decode()}
+
+
 def zeros(shape, dtype) -> dict:
     return {"op": "zeros", "shape": [int(d) for d in shape], "dtype": dtype_name(dtype)}
 
@@ -234,6 +243,10 @@ def evaluate(recipe: dict, source) -> np.ndarray:
         return source(recipe["key"])
     if op == "zeros":
         return np.zeros(recipe["shape"], _numpy_dtype(recipe["dtype"]))
+    if op == "value":
+        import base64
+
+        return np.frombuffer(base64.b64decode(recipe["data"]), _numpy_dtype(recipe["dtype"])).reshape(recipe["shape"])
     if op == "concat":
         return np.concatenate([evaluate(r, source) for r in recipe["inputs"]], axis=recipe["axis"])
     if op not in RECIPE_OPS:

@@ -400,8 +400,13 @@ def literal_array(value):
 
 def literal_recipe(value) -> dict | None:
     """The recipe of a value that is an external parameter (``{"op": "param", "key": ...}``, or
-    the recipe of a derived one, so recipes read only source weights), else None (core/params.py)."""
-    key = params.parameter_key(defining_op(value))
+    the recipe of a derived one, so recipes read only source weights) or a small literal (its
+    bytes), else None (core/params.py)."""
+    op = defining_op(value)
+    if op is not None and op.operation.name == "torch.vtensor.literal":
+        array = elements_array(op.attributes["value"])  # a small constant: its bytes go into the recipe
+        return None if array is None or array.nbytes >= params.MIN_PARAMETER_BYTES else params.value(array)
+    key = params.parameter_key(op)
     store = params.current()
     if key is not None and store is not None and key in store.recipes:
         return store.recipes[key]

@@ -180,3 +180,18 @@ def test_a_pass_that_reads_stub_values_refuses():
     params.stub_weights(model, min_bytes=1024)
     with pytest.raises(CuvilError, match="computed a weight from the values of stub weights"):
         cuvil_mlir.compile(model, (torch.randn(1, 8, 8, 8),), params="external")
+
+
+def test_a_weight_derived_from_a_small_literal_carries_its_bytes():
+    """fp16 norm weights of 1024 (2 KiB) stay literals; widened to f32 (4 KiB) they become derived
+    parameters whose recipe holds the literal's bytes."""
+    model, args = _llama()
+    compiled = cuvil_mlir.compile(model.half(), args, params="external")
+    entries = compiled.metadata["parameters"]["entries"]
+    derived = {k: e for k, e in entries.items() if k.startswith("derived.")}
+    assert all("recipe" in e for e in derived.values())
+    from_values = [k for k, e in derived.items() if "'op': 'value'" in str(e["recipe"])]
+    assert from_values  # the widened norm weights
+    state = {k: params.torch_array(v) for k, v in model.state_dict().items()}
+    for key in derived:
+        assert np.array_equal(params.evaluate(entries[key]["recipe"], state.__getitem__), compiled.parameters.arrays[key]), key

@@ -235,7 +235,7 @@ def _external_weights_hooks(store, names: dict[int, str]):
                 return super().resolve_literal(gni, literal, info)
             name = names.get(id(literal))
             if params.is_stub(literal) and name is not None:  # a weight without data (params.stub_weights)
-                key = store.add_abstract(name, literal.shape, params.torch_array(literal.reshape(-1)[:1]).dtype)
+                key = store.add_abstract(name, literal.shape, params.torch_array(literal.new_zeros(())).dtype)
                 return _parameter_call(gni, key, gni._cc.tensor_to_vtensor_type(literal), self.symbols)
             array = params.torch_array(literal)
             key = store.add(name, array) if name is not None else store.add_derived(array)
