@@ -415,7 +415,7 @@ def device_llama(folder: Path, case: dict, r: Results, torch_device: str, scratc
     timing = row.setdefault("timing", {})
     try:  # torch tensors on the GPU in and out (device-resident I/O), as torch itself runs
         timing["cuvil"] = _time(lambda: compiled(ids_t), torch_device)
-        timing["cuvil"]["io"] = "torch tensors on the device"
+        timing["cuvil"]["io"] = f"torch tensors ({torch_device}), device-resident where cuda"
     except Exception as ex:
         timing["cuvil device-resident error"] = f"{type(ex).__name__}: {str(ex)[:500]}"
         timing["cuvil"] = {**_time(lambda: compiled(ids), torch_device), "io": "numpy (host copies)"}
@@ -436,7 +436,7 @@ def device_llama(folder: Path, case: dict, r: Results, torch_device: str, scratc
             timing["torch reduce-overhead"] = {"error": f"{type(ex).__name__}: {str(ex)[:500]}"}
         r.save()
     else:
-        timing["torch reduce-overhead"] = {"skipped": f"{r.left():.0f} s left"}
+        timing["torch reduce-overhead"] = {"skipped": f"{r.left():.0f} s left" if torch_device == "cuda" else "torch on the CPU"}
     del compiled, model
     irpa.unlink(missing_ok=True)
     import gc
