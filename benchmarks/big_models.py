@@ -112,7 +112,7 @@ def llama_stub(name: str, dtype=torch.float16):
     config = llama_config(name)
     with torch.device("meta"):
         model = LlamaForCausalLM(config).to(dtype)
-    stub_weights(model)
+    stub_weights(model, min_bytes=0)  # every parameter, the small norm weights too (no values here)
     model.model.rotary_emb = LlamaRotaryEmbedding(config=config)
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
     if left:
@@ -195,13 +195,13 @@ def _peak_rss_mib() -> dict:
             "children": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)}
 
 
-def build_llama(name: str, target: str, out: Path) -> dict:
+def build_llama(name: str, target: str, out: Path, stubs: bool = False) -> dict:
     import torch
 
     import cuvil_mlir
 
     torch.set_grad_enabled(False)
-    stubs = name in STUBBED
+    stubs = stubs or name in STUBBED
     model = llama_stub(name) if stubs else llama(name, dtype=torch.float16)
     ids = input_ids(name)
     start = time.perf_counter()
@@ -287,7 +287,7 @@ def build(a) -> int:
                 m = name.removeprefix("onnx-")
                 case = build_onnx(m, target, out, ("fp32", "fp16") if m in ONNX_FP16 else ("fp32",))
             else:
-                case = build_llama(name, target, out)
+                case = build_llama(name, target, out, stubs=a.stubs)
             print(json.dumps({k: v for k, v in case.items() if k not in ("patterns_fired", "fused_ops", "variants")}), flush=True)
         except Exception:
             failed += 1
@@ -356,7 +356,8 @@ def _errors(got, ref) -> dict:
             "argmax_agree": float((got.argmax(-1) == ref.argmax(-1)).mean()) if got.ndim >= 2 else None}
 
 
-def device_llama(folder: Path, case: dict, r: Results, torch_device: str, scratch: Path) -> None:
+def device_llama(folder: Path, case: dict, r: Results, torch_device: str, scratch: Path, reserve: float = 0) -> None:
+    """``reserve``: seconds the cases after this one need (torch.compile runs only beyond them)."""
     import numpy as np
     import torch
 
@@ -424,7 +425,7 @@ def device_llama(folder: Path, case: dict, r: Results, torch_device: str, scratc
         row["gpu_mem_mib_torch_peak"] = round(torch.cuda.max_memory_allocated() / 2**20)
     r.save()
     print(f"  timing: {timing}", flush=True)
-    if r.left() > 150 and torch_device == "cuda":
+    if r.left() - reserve > 150 and torch_device == "cuda":
         t = time.perf_counter()
         try:
             compiled_model = torch.compile(model, mode="reduce-overhead")
@@ -436,7 +437,8 @@ def device_llama(folder: Path, case: dict, r: Results, torch_device: str, scratc
             timing["torch reduce-overhead"] = {"error": f"{type(ex).__name__}: {str(ex)[:500]}"}
         r.save()
     else:
-        timing["torch reduce-overhead"] = {"skipped": f"{r.left():.0f} s left" if torch_device == "cuda" else "torch on the CPU"}
+        timing["torch reduce-overhead"] = {"skipped": f"{r.left():.0f} s left, {reserve:.0f} s reserved for later cases"
+                                           if torch_device == "cuda" else "torch on the CPU"}
     del compiled, model
     irpa.unlink(missing_ok=True)
     import gc
@@ -491,9 +493,9 @@ def device(a) -> int:
     scratch.mkdir(parents=True, exist_ok=True)
     folders = sorted((p for p in Path(a.folder).iterdir() if (p / "case.json").exists()),
                      key=lambda p: (not p.name.startswith("onnx-"), p.name))  # ONNX first: small and quick
-    for folder in folders:
-        case = json.loads((folder / "case.json").read_text())
-        need = 30 if case["kind"] == "onnx" else 90 + case["parameters"]["weight_mib"] / 100  # ~8B: 4 min
+    cases = [json.loads((folder / "case.json").read_text()) for folder in folders]
+    needs = [30 if case["kind"] == "onnx" else 90 + case["parameters"]["weight_mib"] / 100 for case in cases]  # ~8B: 4 min
+    for i, (folder, case, need) in enumerate(zip(folders, cases, needs)):
         if r.left() < need:
             r.data["cases"][folder.name] = {"skipped": f"deadline: {r.left():.0f} s left, needs ~{need}"}
             r.save()
@@ -503,7 +505,7 @@ def device(a) -> int:
             if case["kind"] == "onnx":
                 device_onnx(folder, case, r, torch_device)
             else:
-                device_llama(folder, case, r, torch_device, scratch)
+                device_llama(folder, case, r, torch_device, scratch, reserve=sum(needs[i + 1:]))
         except Exception as ex:
             r.data["cases"].setdefault(folder.name, {})["error"] = f"{type(ex).__name__}: {str(ex)[:3000]}"
             traceback.print_exc()
@@ -594,6 +596,7 @@ def main() -> int:
     b.add_argument("--target", default=H200)
     b.add_argument("--only", help="comma-separated case names (llama-1b, llama-8b, onnx-gpt2, ...)")
     b.add_argument("--dry-run", action="store_true", help="CPU target, llama-dry: to try `device` on this machine")
+    b.add_argument("--stubs", action="store_true", help="compile every Llama from stub weights (as llama-8b always is)")
     d = sub.add_parser("device")
     d.add_argument("folder")
     d.add_argument("--out", required=True)

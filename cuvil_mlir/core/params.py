@@ -133,7 +133,8 @@ def is_stub(tensor) -> bool:
 
 def stub_weights(module, min_bytes: int = MIN_PARAMETER_BYTES) -> None:
     """Replace every parameter of ``module`` (an nn.Module, e.g. built on the meta device) of at
-    least ``min_bytes`` by a stub of its shape and dtype that holds no memory. Compiled with
+    least ``min_bytes`` by a stub of its shape and dtype that holds no memory (a stub of any size
+    becomes an external parameter; ``min_bytes=0`` leaves no parameter on the meta device). Compiled with
     ``params="external"``, its weights become parameters without data: the modules of a model
     too big to hold here, whose weights are supplied at load time (``save(parameters="none")``).
     Passes that rearrange weights record recipes as usual; one that computes from weight values
