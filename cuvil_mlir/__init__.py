@@ -83,15 +83,18 @@ def profile(model, args=(), *, target: str = "cpu", inputs=None, **options) -> d
     return _profile(model, args, target=target, inputs=inputs, **options)
 
 
-def load(path, prefer=None, *, verify: bool = True):
+def load(path, prefer=None, *, verify: bool = True, parameters=None):
     """Load a ``.cuvilpkg`` written by ``CompiledModel.save`` / ``cuvil compile`` on the first
     of its targets (in ``prefer`` order: target specs or kinds; default the package's) that
     this machine has a device for; later targets take over if it fails. A parameter archive is
     mapped, not read; ``verify=False`` skips its sha256 check (its size and place are still checked).
+    ``parameters``: the weights of a package saved without them (``CompiledModel.save(path,
+    parameters="none")``), an ``.irpa`` file (``CompiledModel.save_parameters``) or a dict key ->
+    array; a missing key or a wrong shape or dtype is a ``PackageError`` naming it.
     A causal LM's package (``compile_causal_lm``) loads as a ``CausalLM``."""
     from cuvil_mlir.runtime.generation import load as _load
 
-    return _load(path, prefer, verify=verify)
+    return _load(path, prefer, verify=verify, parameters=parameters)
 
 
 def jit(fn=None, **options):

@@ -16,9 +16,10 @@ import numpy as np
 from cuvil_mlir.core.diagnostics import module_path
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.patterns import (
-    build, const_float, const_int, defining_op, info, is_none, literal, literal_array, op_name, torch_int,
-    transposed_2d_source, vtensor_type,
+    build, const_float, const_int, defining_op, info, is_none, literal, literal_array, literal_recipe, op_name,
+    torch_int, transposed_2d_source, vtensor_type,
 )
+from cuvil_mlir.core import params
 from cuvil_mlir.core.tensor_types import FLOAT_WIDTH, MLIR_TO_NUMPY, TORCH_DTYPE_CODE
 
 # ---------------------------------------------------------------------------------------
@@ -95,6 +96,15 @@ def constant_array(value):
     return None if array is None else array.T
 
 
+def constant_recipe(value) -> dict | None:
+    """How ``constant_array(value)`` is computed from external parameters (core/params.py), or None."""
+    recipe = literal_recipe(value)
+    if recipe is not None:
+        return recipe
+    source = transposed_2d_source(value)
+    return None if source is None else params.transpose(literal_recipe(source))
+
+
 def constant_weight(value) -> np.ndarray | None:
     """The float weight ``value`` holds, read from a literal (or a 2-D transpose of one, or an
     exact float upcast of either: a half model exported on the CPU gets its ``addmm`` weights
@@ -127,6 +137,23 @@ def _literal_or_upcast(value) -> np.ndarray | None:
     return None if array is None else np.asarray(array, dtype=np.float64 if dst.dtype == "f64" else np.float32)
 
 
+def constant_weight_recipe(value) -> dict | None:
+    """How ``constant_weight(value)`` is computed from external parameters, or None."""
+    recipe = _literal_or_upcast_recipe(value)
+    if recipe is None:
+        source = transposed_2d_source(value)
+        recipe = None if source is None else params.transpose(_literal_or_upcast_recipe(source))
+    return recipe
+
+
+def _literal_or_upcast_recipe(value) -> dict | None:
+    recipe = literal_recipe(value)
+    cast = None if recipe is not None else defining_op(value, CASTS)
+    if cast is None:
+        return recipe
+    return params.cast(literal_recipe(cast.operands[0]), np.float64 if info(value).dtype == "f64" else np.float32)
+
+
 def concat_rows(values):
     """The constant tensors ``values`` stacked along dim 0: one new literal when all can be
     read, else an ``aten.cat`` of them (constant too: IREE evaluates it at compile time)."""
@@ -134,7 +161,8 @@ def concat_rows(values):
     shape = [sum(info(v).shape[0] for v in values), *t.shape[1:]]
     arrays = [constant_array(v) for v in values]
     if all(a is not None for a in arrays):
-        return literal(np.concatenate(arrays, axis=0), dtype=t.dtype)
+        recipe = params.concat([constant_recipe(v) for v in values], axis=0)
+        return literal(np.concatenate(arrays, axis=0), dtype=t.dtype, recipe=recipe)
     parts = build("torch.prim.ListConstruct", list(values), ir.Type.parse("!torch.list<vtensor>"))
     return build("torch.aten.cat", [parts, torch_int(0)], vtensor_type(shape, t.dtype))
 
@@ -144,7 +172,8 @@ def concat_biases(biases, rows):
     if all(b is None for b in biases):
         return None
     dtype = next(info(b).dtype for b in biases if b is not None)
-    return concat_rows([b if b is not None else literal(np.zeros(n, dtype=np.float32), dtype=dtype) for b, n in zip(biases, rows)])
+    zeros = [literal(np.zeros(n, dtype=np.float32), dtype=dtype, recipe=params.zeros([n], np.float32)) for n in rows]
+    return concat_rows([b if b is not None else z for b, z in zip(biases, zeros)])
 
 
 # ---------------------------------------------------------------------------------------

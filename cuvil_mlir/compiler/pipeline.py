@@ -127,9 +127,10 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
 
     metadata = _metadata(signature, built, options, import_seconds)
     used = set().union(*(result.parameters for result in built))
-    parameters = None if store is None else Parameters.in_memory(store.subset(used).arrays)
+    parameters = None if store is None else Parameters.in_memory(store.subset(used).arrays, abstract=bool(store.abstract & used))
     if parameters is not None:
-        metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes}
+        metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes,
+                                  **params.describe(store, used)}
     return _compiled(built, metadata, prepared, parameters)
 
 

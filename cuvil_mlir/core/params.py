@@ -15,6 +15,12 @@ Passes read and write weights through ``literal_array`` / ``literal`` (core/patt
 which consult the active store: a weight a pass computes (a BN-folded conv, an fp16 or int4
 copy) is stored under a key derived from its bytes, so two targets that compute the same
 weight share one entry, and the archive holds each weight once.
+
+Where a pass's weight is a rearrangement of others (Q/K/V rows concatenated, a norm weight
+widened to f32, a transpose), the pass also gives its *recipe*: a small JSON tree over parameter
+keys (``RECIPE_OPS``) that ``evaluate`` replays bit for bit. With a recipe for every derived
+key, the parameters a package needs can be produced anywhere from its source weights alone
+(e.g. generated from a seed on the machine that runs it: runtime/parameters.py ``generate``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -60,26 +67,199 @@ class ParameterStore:
     """key -> numpy array (C-contiguous, the weight's own dtype; bfloat16 as ml_dtypes)."""
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    recipes: dict[str, dict] = field(default_factory=dict)  # derived key -> how it is computed from others
+    abstract: set[str] = field(default_factory=set)  # keys with a shape and dtype but no data (stub weights)
 
     def add(self, key: str, array: np.ndarray) -> str:
         self.arrays[key] = np.ascontiguousarray(array)
         return key
 
-    def add_derived(self, array: np.ndarray) -> str:
-        """Store a weight a pass computed, under a key made from its bytes, dtype and shape."""
+    def add_derived(self, array: np.ndarray, recipe: dict | None = None) -> str:
+        """Store a weight a pass computed, under a key made from its bytes, dtype, shape and
+        ``recipe`` (how it is computed from other parameters, ``evaluate``; None when it is not
+        a rearrangement): two weights with equal bytes but different sources (norm weights
+        that are all ones) keep separate keys, so they can be rebuilt from other values."""
         array = np.ascontiguousarray(array)
+        if recipe is None and self.abstract and array.dtype.kind == "f" and np.isnan(array).any():
+            from cuvil_mlir.core.diagnostics import CuvilError
+
+            raise CuvilError("a pass computed a weight from the values of stub weights (no data; core/params.py "
+                             "stub_weights): it cannot be rebuilt from them; compile this model with real weights")
         digest = hashlib.blake2b(memoryview(array.reshape(-1).view(np.uint8)), digest_size=12)
         digest.update(f"{array.dtype.str}{array.shape}".encode())
-        return self.add(f"derived.{digest.hexdigest()}", array)
+        if recipe is not None:
+            digest.update(json.dumps(recipe, sort_keys=True).encode())
+        key = f"derived.{digest.hexdigest()}"
+        if recipe is not None and recipe_keys(recipe) & self.abstract:
+            self.abstract.add(key)  # computed from stubs: keep its shape, not its (meaningless) bytes
+            array = _placeholder(array.shape, array.dtype)
+        self.add(key, array)
+        if recipe is not None:
+            self.recipes.setdefault(key, recipe)
+        return key
+
+    def add_abstract(self, key: str, shape, dtype) -> str:
+        """A parameter known by its shape and dtype only (a stub weight): passes read it as NaN
+        (a float; 0 otherwise), so a weight computed from its values is caught (``add_derived``)
+        and a value-based match (a zero bias, a weight of ones) does not fire."""
+        self.arrays[key] = _placeholder(shape, dtype)
+        self.abstract.add(key)
+        return key
 
     def get(self, key: str) -> np.ndarray | None:
         return self.arrays.get(key)
 
     def subset(self, keys) -> "ParameterStore":
-        return ParameterStore({k: self.arrays[k] for k in sorted(keys)})
+        keys = sorted(keys)
+        return ParameterStore({k: self.arrays[k] for k in keys}, {k: self.recipes[k] for k in keys if k in self.recipes},
+                              self.abstract & set(keys))
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays.values())
+
+
+def _placeholder(shape, dtype) -> np.ndarray:
+    """A read-only array of ``shape`` that takes no memory: one NaN (0 for integers) broadcast."""
+    dtype = np.dtype(dtype)
+    fill = np.nan if dtype.kind == "f" or dtype.name == "bfloat16" else 0
+    return np.broadcast_to(np.array(fill, dtype), tuple(shape))
+
+
+def is_stub(tensor) -> bool:
+    """A torch tensor of several elements whose strides are all 0: an ``expand``ed scalar, the
+    form ``stub_weights`` gives weights, which an external-parameter compile never reads."""
+    return tensor.numel() > 1 and all(s == 0 for s in tensor.stride())
+
+
+def stub_weights(module, min_bytes: int = MIN_PARAMETER_BYTES) -> None:
+    """Replace every parameter of ``module`` (an nn.Module, e.g. built on the meta device) of at
+    least ``min_bytes`` by a stub of its shape and dtype that holds no memory (a stub of any size
+    becomes an external parameter; ``min_bytes=0`` leaves no parameter on the meta device). Compiled with
+    ``params="external"``, its weights become parameters without data: the modules of a model
+    too big to hold here, whose weights are supplied at load time (``save(parameters="none")``).
+    Passes that rearrange weights record recipes as usual; one that computes from weight values
+    (BN folding, quantization) cannot run and raises."""
+    import torch
+
+    for sub in module.modules():
+        for name, p in list(sub.named_parameters(recurse=False)):
+            if p.numel() * p.element_size() >= min_bytes:
+                stub = torch.zeros((), dtype=p.dtype).expand(p.shape)
+                setattr(sub, name, torch.nn.Parameter(stub, requires_grad=False))
+
+
+def describe(store: ParameterStore, used) -> dict:
+    """The package's record of its parameters: ``entries``, key -> ``{"shape", "dtype"[, "recipe"]}``
+    for each parameter the modules read (a parameter set supplied at load time is checked
+    against it), and ``sources``, key -> ``{"shape", "dtype"}`` for the parameters that recipes
+    read and the modules do not (Q, K and V once concatenated): with both, every entry can be
+    rebuilt from source weights (runtime/parameters.py ``generate``)."""
+    def shape_dtype(key):
+        return {"shape": list(store.arrays[key].shape), "dtype": dtype_name(store.arrays[key].dtype)}
+
+    entries = {}
+    for key in sorted(used):
+        entries[key] = shape_dtype(key)
+        if key in store.recipes:
+            entries[key]["recipe"] = store.recipes[key]
+    read = set().union(*(recipe_keys(store.recipes[k]) for k in used if k in store.recipes))
+    return {"entries": entries, "sources": {k: shape_dtype(k) for k in sorted(read - set(used))}}
+
+
+# ---------------------------------------------------------------------------------------
+# Recipes: how a derived weight is computed from parameters (JSON trees; None = unknown).
+
+RECIPE_OPS = ("param", "value", "concat", "cast", "transpose", "reshape", "rows", "zeros")
+
+
+def dtype_name(dtype) -> str:
+    """numpy's name of a dtype (``float16``, ``bfloat16`` for ml_dtypes' bfloat16)."""
+    return np.dtype(dtype).name
+
+
+def entry_tag(shape, dtype) -> str:
+    """What cuvil writes as a parameter archive entry's metadata: ``float16[2048,2048]``."""
+    return f"{dtype_name(dtype)}[{','.join(str(int(d)) for d in shape)}]"
+
+
+def _numpy_dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def param(key: str | None) -> dict | None:
+    return None if key is None else {"op": "param", "key": key}
+
+
+def concat(inputs, axis: int = 0) -> dict | None:
+    inputs = list(inputs)
+    return None if any(r is None for r in inputs) else {"op": "concat", "axis": axis, "inputs": inputs}
+
+
+def cast(recipe: dict | None, dtype) -> dict | None:
+    return None if recipe is None else {"op": "cast", "dtype": dtype_name(dtype), "input": recipe}
+
+
+def transpose(recipe: dict | None) -> dict | None:
+    return None if recipe is None else {"op": "transpose", "input": recipe}
+
+
+def reshape(recipe: dict | None, shape) -> dict | None:
+    return None if recipe is None else {"op": "reshape", "shape": [int(d) for d in shape], "input": recipe}
+
+
+def rows(recipe: dict | None, start: int, stop: int) -> dict | None:
+    return None if recipe is None else {"op": "rows", "start": int(start), "stop": int(stop), "input": recipe}
+
+
+def value(array: np.ndarray) -> dict:
+    """A small constant's own bytes (one that stayed a literal, under MIN_PARAMETER_BYTES)."""
+    import base64
+
+    array = np.ascontiguousarray(array)
+    return {"op": "value", "shape": list(array.shape), "dtype": dtype_name(array.dtype),
+            "data": base64.b64encode(array.tobytes()).decode()}
+
+
+def zeros(shape, dtype) -> dict:
+    return {"op": "zeros", "shape": [int(d) for d in shape], "dtype": dtype_name(dtype)}
+
+
+def recipe_keys(recipe: dict) -> set[str]:
+    """The parameter keys a recipe reads."""
+    if recipe["op"] == "param":
+        return {recipe["key"]}
+    children = recipe.get("inputs") or ([recipe["input"]] if "input" in recipe else [])
+    return set().union(*(recipe_keys(r) for r in children)) if children else set()
+
+
+def evaluate(recipe: dict, source) -> np.ndarray:
+    """The array ``recipe`` describes; ``source(key)`` gives a parameter's array. Raises
+    ValueError for an op it does not know (a package from a newer cuvil-mlir)."""
+    op = recipe.get("op")
+    if op == "param":
+        return source(recipe["key"])
+    if op == "zeros":
+        return np.zeros(recipe["shape"], _numpy_dtype(recipe["dtype"]))
+    if op == "value":
+        import base64
+
+        return np.frombuffer(base64.b64decode(recipe["data"]), _numpy_dtype(recipe["dtype"])).reshape(recipe["shape"])
+    if op == "concat":
+        return np.concatenate([evaluate(r, source) for r in recipe["inputs"]], axis=recipe["axis"])
+    if op not in RECIPE_OPS:
+        raise ValueError(f"unknown parameter recipe op '{op}' (known: {', '.join(RECIPE_OPS)})")
+    x = evaluate(recipe["input"], source)
+    if op == "cast":
+        return np.asarray(x).astype(_numpy_dtype(recipe["dtype"]))
+    if op == "transpose":
+        return np.ascontiguousarray(x.T)
+    if op == "reshape":
+        return np.ascontiguousarray(x).reshape(recipe["shape"])
+    return x[recipe["start"]:recipe["stop"]]  # rows
 
 
 _active: contextvars.ContextVar[ParameterStore | None] = contextvars.ContextVar("cuvil_parameter_store", default=None)

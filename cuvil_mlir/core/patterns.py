@@ -398,9 +398,26 @@ def literal_array(value):
     return None if key is None or store is None else store.get(key)
 
 
-def literal(array, dtype: str | None = None) -> ir.Value:
+def literal_recipe(value) -> dict | None:
+    """The recipe of a value that is an external parameter (``{"op": "param", "key": ...}``, or
+    the recipe of a derived one, so recipes read only source weights) or a small literal (its
+    bytes), else None (core/params.py)."""
+    op = defining_op(value)
+    if op is not None and op.operation.name == "torch.vtensor.literal":
+        array = elements_array(op.attributes["value"])  # a small constant: its bytes go into the recipe
+        return None if array is None or array.nbytes >= params.MIN_PARAMETER_BYTES else params.value(array)
+    key = params.parameter_key(op)
+    store = params.current()
+    if key is not None and store is not None and key in store.recipes:
+        return store.recipes[key]
+    return params.param(key)
+
+
+def literal(array, dtype: str | None = None, *, recipe: dict | None = None) -> ir.Value:
     """A ``torch.vtensor.literal`` holding ``array``; ``dtype`` (vtensor name: f32, f16, bf16, si8,
-    ...) defaults to the array's own."""
+    ...) defaults to the array's own. ``recipe``: how ``array`` is computed from parameters
+    (core/params.py; e.g. ``params.concat([literal_recipe(q), literal_recipe(k)])``), recorded
+    when the literal becomes a derived parameter, so the package can be rebuilt from its sources."""
     import numpy as np
 
     array = np.asarray(array)
@@ -410,5 +427,6 @@ def literal(array, dtype: str | None = None) -> ir.Value:
     store = params.current()
     if store is not None and dtype in params.PARAMETER_DTYPES and array.size * array.itemsize >= params.MIN_PARAMETER_BYTES:
         # a weight of an external-parameter compile: into the store, referenced by its key
-        return params.reference(store.add_derived(array.astype(numpy_dtype(dtype), copy=False)), vtensor_type(array.shape, dtype))
+        stored = array.astype(numpy_dtype(dtype), copy=False)
+        return params.reference(store.add_derived(stored, params.cast(recipe, stored.dtype)), vtensor_type(array.shape, dtype))
     return build("torch.vtensor.literal", [], vtensor_type(array.shape, dtype), {"value": elements_attr(array, dtype)})

@@ -166,21 +166,51 @@ class CompiledModel:
         lines += [f"  {m.target}: {self._failures.get(m.target, 'not tried')}" for m in self._order]
         return RuntimeFailure("\n".join(lines))
 
-    def save(self, path: str | os.PathLike, *, compress: bool = True) -> None:
+    def save(self, path: str | os.PathLike, *, compress: bool = True, parameters: str = "embed") -> None:
         """Write the package; the module state is saved as it is now (state/<i>.npy). ``compress=False``
-        stores the modules uncompressed (the compile cache's entries)."""
+        stores the modules uncompressed (the compile cache's entries). ``parameters="none"``
+        leaves the external parameters out (modules and their description only): ``load`` then
+        needs ``parameters=`` (an archive from ``save_parameters``, or generated where it runs)."""
+        if parameters not in ("embed", "none"):
+            raise CuvilError(f"save(parameters={parameters!r}): expected 'embed' or 'none'")
         metadata = {k: v for k, v in self.metadata.items() if k not in ("modules", "boundary", "state")}
         metadata["boundary"] = self.boundary.to_json()
         files = {f"state/{i}.npy": _boundary.state_to_bytes(a) for i, a in enumerate(self._state)}
         if files:
             metadata["state"] = [{"name": slot.name, "file": name, "sha256": _boundary.state_digest(data)}
                                  for slot, (name, data) in zip(self.boundary.state, files.items())]
-        package.write(path, self.modules, metadata, files, compress=compress, parameters=self.parameters)
+        package.write(path, self.modules, metadata, files, compress=compress,
+                      parameters=self.parameters if parameters == "embed" else None)
+
+    def save_parameters(self, path: str | os.PathLike) -> None:
+        """Write the external parameters alone as an IREE parameter archive (``.irpa``), each
+        entry tagged with its dtype and shape; ``load(pkg, parameters=path)`` reads it."""
+        from pathlib import Path
+
+        if self.parameters is None:
+            raise CuvilError("this program has no external parameters (compile with params='external')")
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as out:
+            self.parameters.write_archive(out, path.with_name(path.name + ".scratch"))
+        os.replace(tmp, path)
 
     def __repr__(self) -> str:
         ins = ", ".join(s.describe() for s in self.signature.inputs)
         outs = ", ".join(s.describe() for s in self.signature.outputs)
         return f"CompiledModel(targets={self.targets}, active={self.active_target}, ({ins}) -> ({outs}))"
+
+
+def _supplied(path, metadata: dict, value) -> Parameters:
+    from cuvil_mlir.runtime.parameters import supplied
+
+    entry = metadata.get("parameters")
+    if entry is None:
+        raise PackageError(f"{path} has no external parameters: its weights are inside its modules (drop parameters=)")
+    if "entries" not in entry:
+        raise PackageError(f"{path} does not record its parameters' shapes and dtypes (written by an older "
+                           "cuvil-mlir): recompile it to supply parameters at load time")
+    return supplied(value, entry["entries"])
 
 
 def _preference_order(modules: list[package.PackagedModule], prefer) -> list[package.PackagedModule]:
@@ -199,22 +229,28 @@ def _preference_order(modules: list[package.PackagedModule], prefer) -> list[pac
     return [modules[i] for i in chosen]
 
 
-def load(path: str | os.PathLike, prefer=None, *, verify: bool = True) -> CompiledModel:
+def load(path: str | os.PathLike, prefer=None, *, verify: bool = True, parameters=None) -> CompiledModel:
     """Read a package and load it on this machine's first usable target (see ``select``).
     The parameter archive is mapped, not read; ``verify`` checks it against its sha256 first
     (reading it once); ``verify=False`` checks only its place and size (a truncated package is
     still rejected), for loading a multi-GB package in about the time of mapping it.
+    ``parameters``: the weights of a package saved without them (``save(parameters="none")``):
+    an ``.irpa`` path (mapped) or a mapping key -> array, checked against the keys, shapes and
+    dtypes the modules need (runtime/parameters.py ``supplied``); it replaces an archive inside.
     (``cuvil_mlir.load`` also loads a causal LM's package: runtime/generation.py ``load``.)"""
     metadata, modules = package.read(path)
-    return from_package(path, metadata, modules, prefer, verify=verify)
+    return from_package(path, metadata, modules, prefer, verify=verify, parameters=parameters)
 
 
 def from_package(path, metadata: dict, modules: list[package.PackagedModule], prefer=None, *,
-                 verify: bool = True) -> CompiledModel:
+                 verify: bool = True, parameters=None) -> CompiledModel:
     """The CompiledModel of a package already read, loaded on its first usable target."""
     state = [_boundary.state_from_bytes(package.read_file(path, s["file"], s["sha256"]), s["name"]) for s in metadata.get("state", ())]
-    parameters = package.read_parameters(path, metadata)
     if parameters is not None:
+        parameters = _supplied(path, metadata, parameters)
+    else:
+        parameters = package.read_parameters(path, metadata)
+    if parameters is not None and parameters.arrays is None and parameters.sha256:
         parameters.view()  # maps it: a truncated file fails here
         if verify:
             parameters.verify()

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from cuvil_mlir.core.diagnostics import InputError, PackageError
+from cuvil_mlir.core.diagnostics import CuvilError, InputError, PackageError
 from cuvil_mlir.runtime import package
 from cuvil_mlir.runtime.compiled import CompiledModel, from_package
 
@@ -145,13 +145,16 @@ class CausalLM(CompiledModel):
         return ids.to(torch.int64)
 
 
-def load(path, prefer=None, *, verify: bool = True):
+def load(path, prefer=None, *, verify: bool = True, parameters=None):
     """A package on this machine's first usable target: a ``CausalLM`` for a causal LM's
     package (metadata ``causal_lm``), else a ``CompiledModel`` (``verify``: its parameter
-    archive's sha256 is checked, runtime/compiled.py ``load``)."""
+    archive's sha256 is checked; ``parameters``: supplied weights, runtime/compiled.py ``load``)."""
     metadata, modules = package.read(path)
     if "causal_lm" not in metadata:
-        return from_package(path, metadata, modules, prefer, verify=verify)
+        return from_package(path, metadata, modules, prefer, verify=verify, parameters=parameters)
+    if parameters is not None:
+        raise CuvilError("parameters= is not supported for a causal LM's package yet: its parameter archive is "
+                         "read from the package itself")
     parameters = package.read_parameters(path, metadata)
     if parameters is not None:
         parameters.view()  # maps it: a truncated file fails here

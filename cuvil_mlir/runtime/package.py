@@ -52,7 +52,9 @@ def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict
     ``files``: more entries (name -> bytes; the module state, ``state/<i>.npy``).
     ``compress=False`` stores the modules uncompressed (deflate runs at ~30 MB/s on a module's
     weights and saves <10%: the compile cache stores its entries so). ``parameters``: the
-    external parameters, written as one archive (stored, page-aligned) that every module reads."""
+    external parameters, written as one archive (stored, page-aligned) that every module reads;
+    None with ``metadata["parameters"]`` set: a package of modules only, whose parameters
+    are given to ``load`` (``"file": null`` in metadata.json)."""
     path = Path(path)
     entries = []
     for m in modules:
@@ -72,6 +74,8 @@ def write(path: str | os.PathLike, modules: list[PackagedModule], metadata: dict
                 z.writestr(name, data)
             if parameters is not None:
                 meta["parameters"] = {**described, **_write_parameters(z, parameters, path.with_name(path.name + ".irpa.tmp"))}
+            elif described:  # modules only: the parameters are supplied at load time
+                meta["parameters"] = {**described, "file": None}
             z.writestr("metadata.json", json.dumps(meta, indent=2, sort_keys=True))
         os.replace(tmp, path)
     finally:
@@ -112,6 +116,10 @@ def read_parameters(path: str | os.PathLike, meta: dict) -> Parameters | None:
     if entry is None:
         return None
     path = Path(path)
+    if entry.get("file", "") is None:
+        raise PackageError(f"{path} was saved without its parameters ({entry.get('count', '?')} weights, "
+                           f"{entry.get('weight_bytes', 0) / 2**20:.0f} MiB): pass them to load, "
+                           f"e.g. cuvil_mlir.load(path, parameters='model.irpa')")
     try:
         name, size, digest = entry["file"], int(entry["bytes"]), str(entry["sha256"])
     except (KeyError, TypeError, ValueError) as e:

@@ -330,6 +330,7 @@ class Session:
 def _parameter_index(parameters):
     """An IREE parameter index over ``parameters``: the in-memory arrays as they are (no
     copy), or the mapped archive (its entries point into the mapping)."""
+    parameters.require_values()
     rt = _runtime()
     index = rt.ParameterIndex()
     if parameters.arrays is not None:
@@ -351,11 +352,24 @@ def _bytes_view(array: np.ndarray) -> np.ndarray:
 def write_parameter_archive(arrays: dict[str, np.ndarray], path) -> None:
     """An IREE parameter archive (``.irpa``) at ``path`` holding ``key -> array bytes``;
     IREE's writer streams the buffers to the file (no copy of them in memory)."""
+    from cuvil_mlir.core.params import entry_tag
+
     rt = _runtime()
     index = rt.ParameterIndex()
     for key, array in arrays.items():
-        index.add_buffer(key, _bytes_view(array))
+        index.add_buffer(key, _bytes_view(array), metadata=entry_tag(array.shape, array.dtype))
     index.create_archive_file(str(path))
+
+
+def archive_entries(path) -> dict[str, tuple[int, str]]:
+    """key -> (byte length, metadata text) of the entries of the parameter archive at ``path``."""
+    rt = _runtime()
+    index = rt.ParameterIndex()
+    try:
+        index.load(str(path))
+    except Exception as e:
+        raise PackageError(f"{path} is not a valid IREE parameter archive: {one_line(e)}") from e
+    return {key: (int(entry.length), bytes(entry.metadata or b"").decode(errors="replace")) for key, entry in index.items()}
 
 
 def tool_path(name: str) -> str:

@@ -53,8 +53,8 @@ def constant_value(value, depth: int = 0):
     array = literal_array(value)  # a literal or an external parameter
     if array is not None:
         return np.asarray(array).astype(np.float64)
-    if name == "torch.vtensor.literal":
-        return None
+    if name == "torch.vtensor.literal" or len(op.operands) == 0:
+        return None  # unreadable: a literal it cannot read, a parameter without data (stub weights)
     args = [constant_value(v, depth + 1) if info(v) is not None else None for v in op.operands[:1]]
     if args[0] is None:
         return None

@@ -15,7 +15,8 @@ Test: tests/lowering/fusion/fuse-gated-ffn.mlir.
 from __future__ import annotations
 
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.lowering.common import concat_biases, concat_rows, constant_array
+from cuvil_mlir.core import params
+from cuvil_mlir.lowering.common import concat_biases, concat_rows, constant_array, constant_recipe
 from cuvil_mlir.core.patterns import (
     PatternSet, const_int, const_str, defining_op, has_one_use, info, is_constant_tensor, literal, num_uses,
 )
@@ -151,8 +152,10 @@ def _swap_halves(value):
         return None
     import numpy as np
 
-    half = array.shape[0] // 2
-    return literal(np.concatenate([array[half:], array[:half]], axis=0), dtype=info(value).dtype)
+    half, n = array.shape[0] // 2, array.shape[0]
+    source = constant_recipe(value)
+    recipe = params.concat([params.rows(source, half, n), params.rows(source, 0, half)])
+    return literal(np.concatenate([array[half:], array[:half]], axis=0), dtype=info(value).dtype, recipe=recipe)
 
 
 

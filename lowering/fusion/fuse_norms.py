@@ -41,12 +41,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from cuvil_mlir.core import params
 from cuvil_mlir.core.tensor_types import FLOAT_WIDTH, numpy_dtype
 from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.lowering.common import CASTS, convert, float_cast, uses_inside
 from cuvil_mlir.core.patterns import (
     PatternSet, build, const_bool, const_float, const_int_list, defining_op, info, is_none, literal,
-    literal_array, num_uses, op_name, torch_int_list, vtensor_type,
+    literal_array, literal_recipe, num_uses, op_name, torch_int_list, vtensor_type,
 )
 
 patterns = PatternSet("fuse-norms", description="hand-written RMSNorm / LayerNorm -> cuvil.norm")
@@ -464,7 +465,8 @@ def _as_param(value, shape, dtype: str):
         return value
     array = _constant_array(value)
     if array is not None:
-        return literal(array.astype("float64").reshape(shape), dtype)
+        recipe = params.reshape(_constant_recipe(value), shape)
+        return literal(array.astype("float64").reshape(shape), dtype, recipe=recipe)
     if list(t.shape) != shape:
         value = build("torch.aten.view", [value, torch_int_list(shape)], vtensor_type(shape, t.dtype))
     if t.dtype != dtype:
@@ -491,6 +493,16 @@ def _constant_array(value):
             return None
         return (np.asarray(base, dtype=np.float64) + c * alpha).astype(numpy_dtype(info(value).dtype))
     return None
+
+
+def _constant_recipe(value) -> dict | None:
+    """How ``_constant_array(value)`` is computed from external parameters (core/params.py),
+    or None (a ``1 + w`` has no recipe)."""
+    recipe = literal_recipe(value)
+    op = defining_op(value)
+    if recipe is None and op_name(op) in CASTS and float_cast(value) is not None:
+        recipe = params.cast(_constant_recipe(op.operands[0]), numpy_dtype(info(value).dtype))
+    return recipe
 
 
 # ---------------------------------------------------------------------------------------

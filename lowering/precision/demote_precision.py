@@ -34,9 +34,10 @@ from typing import Literal
 import numpy as np
 
 from cuvil_mlir.core.ir import ir
-from cuvil_mlir.core.patterns import PatternSet, defining_op, info, literal, literal_array, vtensor_type
+from cuvil_mlir.core import params
+from cuvil_mlir.core.patterns import PatternSet, defining_op, info, literal, literal_array, literal_recipe, vtensor_type
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.lowering.common import CASTS, constant_weight, conv_attributes, convert, in_paths
+from cuvil_mlir.lowering.common import CASTS, constant_weight, constant_weight_recipe, conv_attributes, convert, in_paths
 
 NAME = "demote-precision"
 HALF_DTYPES = ("f16", "bf16")
@@ -117,14 +118,16 @@ def to_half(value, half: str):
         return source
     array = literal_array(value)
     if array is not None:
-        return literal(np.asarray(array, dtype=np.float32), half)
+        return literal(np.asarray(array, dtype=np.float32), half, recipe=params.cast(literal_recipe(value), np.float32))
     return convert(value, half)
 
 
 def _weight_to_half(value, half: str):
     """A constant weight (also through a 2-D transpose) as a 16-bit literal in the op's layout."""
     array = constant_weight(value)
-    return to_half(value, half) if array is None else literal(np.asarray(array, dtype=np.float32), half)
+    if array is None:
+        return to_half(value, half)
+    return literal(np.asarray(array, dtype=np.float32), half, recipe=params.cast(constant_weight_recipe(value), np.float32))
 
 
 def _weights_fit(values, half: str) -> bool:

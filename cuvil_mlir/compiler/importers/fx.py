@@ -238,10 +238,14 @@ def _external_weights_hooks(store, names: dict[int, str]):
             if not isinstance(literal, torch.Tensor) or literal.is_sparse:
                 return None
             dtype = TORCH_TO_MLIR.get(str(literal.dtype).removeprefix("torch."))
+            name = names.get(id(literal))
+            if dtype in params.PARAMETER_DTYPES and params.is_stub(literal) and name is not None:
+                # a weight without data (params.stub_weights), whatever its size: a parameter
+                key = store.add_abstract(name, literal.shape, params.torch_array(literal.new_zeros(())).dtype)
+                return _parameter_call(gni, key, gni._cc.tensor_to_vtensor_type(literal), self.symbols)
             if dtype not in params.PARAMETER_DTYPES or literal.numel() * literal.element_size() < params.MIN_PARAMETER_BYTES:
                 return super().resolve_literal(gni, literal, info)
             array = params.torch_array(literal)
-            name = names.get(id(literal))
             key = store.add(name, array) if name is not None else store.add_derived(array)
             return _parameter_call(gni, key, gni._cc.tensor_to_vtensor_type(literal), self.symbols)
 
