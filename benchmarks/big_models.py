@@ -528,7 +528,9 @@ def report(a) -> int:
     data = json.loads((Path(a.dir) / "big-models.json").read_text())
     out = Path(a.out)
     stem = out / f"big-models-h200-{a.date}"
-    lines = [f"# Big models and ONNX models on the H200 ({a.date})", "",
+    gpu_name = str(data.get("versions", {}).get("gpu", ""))
+    gpu = next((g for g in ("H200", "H100") if g in gpu_name), gpu_name or "GPU")
+    lines = [f"# Big models and ONNX models on the {gpu} ({a.date})", "",
              f"- device run: {data['date']} on `{data['machine']}`; {json.dumps(data.get('versions', {}))}",
              f"- device command: `{data['command']}` (wall {data.get('wall_s')} s)",
              f"- built here with `python benchmarks/big_models.py build --out .gpu/big`; report: "

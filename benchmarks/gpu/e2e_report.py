@@ -160,6 +160,15 @@ def opt_level(row: dict) -> str:
 # ---------------------------------------------------------------- the e2e report
 
 
+def gpu_label(smi: dict) -> str:
+    """'H100' / 'H200' from nvidia-smi's name (the modules target sm_90 either way), else the name as given."""
+    name = str(smi.get("name", "H200"))
+    for short in ("H200", "H100"):
+        if short in name:
+            return short
+    return name
+
+
 def e2e_markdown(data: dict, date: str, after: str, before: str, note: str) -> tuple[str, dict]:
     cases, runs = data["cases"], data["runs"]
     names = order(cases)
@@ -167,7 +176,7 @@ def e2e_markdown(data: dict, date: str, after: str, before: str, note: str) -> t
     r0 = runs[0]
     m, v = r0["machine"], r0["versions"]
     smi = m.get("nvidia_smi") if isinstance(m.get("nvidia_smi"), dict) else {}
-    L = [f"# H200, real model sizes: cuvil-mlir with the Hopper kernels vs PyTorch, before and after ({date})", ""]
+    L = [f"# {gpu_label(smi)}, real model sizes: cuvil-mlir with the Hopper kernels vs PyTorch, before and after ({date})", ""]
     L += [f"- machine: {smi.get('name', '?')}, driver {smi.get('driver_version', '?')}, CUDA {m.get('cuda_version_smi', '?')}, "
           f"{smi.get('memory.total', '?')}, {m.get('cpus')} CPUs; at the start SM clock {smi.get('clocks.sm', '?')} "
           f"(max {smi.get('clocks.max.sm', '?')}), {smi.get('temperature.gpu', '?')} C, {smi.get('pstate', '?')}",
@@ -303,14 +312,17 @@ def profile_markdown(data: dict, date: str, out: Path, limit: int = 15) -> tuple
         if (prof["case"], prof["variant"]) not in seen:
             seen.add((prof["case"], prof["variant"]))
             profs.append(prof)
-    L = [f"# H200: `cuvil profile` of the real-size models, with the Hopper kernels and without ({date})", "",
+    smi = data["runs"][0]["machine"].get("nvidia_smi") if data.get("runs") else None
+    gpu = gpu_label(smi if isinstance(smi, dict) else {})
+    L = [f"# {gpu}: `cuvil profile` of the real-size models, with the Hopper kernels and without ({date})", "",
          "- timing: `iree-benchmark-module` for the wall time (median of 10); per dispatch `ncu --metrics gpu__time_duration.sum "
          "--clock-control=none --cache-control=none` around it (first call skipped, 3 calls timed; kernels serialized, so a "
          "dispatch's time is its kernel alone): cuvil_mlir.eval.profiler.measure, run by benchmarks/gpu/e2e_profile.py on the "
          "case's module with its parameter archive",
          "- call sites (module path, Cuvil op, FLOPs, bytes) recorded at compile time on the module with its kernels "
          "materialized (build.py --record-dispatches); the kernels appear under their PTX entry names (cuvil_linear_..., "
-         "cuvil_attention_...); % peak: the larger of the TFLOP/s and GB/s shares of the H200 datasheet (989.5 fp16 TFLOP/s, 4800 GB/s)",
+         "cuvil_attention_...); % peak: the larger of the TFLOP/s and GB/s shares of the H200 datasheet (989.5 fp16 TFLOP/s, 4800 GB/s)"
+         + ("; this run's GPU is an H100 (3350 GB/s), so its GB/s shares read low by 0.7x" if gpu == "H100" else ""),
          ""]
     if data["profile_errors"]:
         L += ["Profiles that did not run: " + "; ".join(data["profile_errors"]), ""]
