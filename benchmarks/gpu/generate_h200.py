@@ -177,7 +177,7 @@ def build(args) -> None:
         log(f"{entry['file']}: {len(data) / 2**20:.1f} -> {len(packed) / 2**20:.2f} MiB, compile {entry['compile_s']} s")
 
     if "check" in args.what:
-        for arch in ARCHS:
+        for arch in args.archs.split(","):
             for precision in ("fp32", "fp16"):
                 name = f"check-{arch}-{precision}.cuvilpkg.dd.xz"
                 if name in done:
@@ -218,25 +218,42 @@ class Results:
 
     def __init__(self, path: Path, head: dict):
         self.path = path
-        self.data = {**head, "checks": [], "timing": []}
+        self.data = {**head, "checks": [], "timing": [], "faulted_targets": []}
         if path.exists():
             old = json.loads(path.read_text())
-            self.data.update(checks=old["checks"], timing=old["timing"], restarts=old.get("restarts", 0) + 1)
+            self.data.update(checks=old["checks"], timing=old["timing"], restarts=old.get("restarts", 0) + 1,
+                             faulted_targets=old.get("faulted_targets", []))
             crashed = old.get("in_progress")
             if crashed:
+                file, target = crashed if isinstance(crashed, list) else (crashed, None)
                 for row in self.data["checks"] + self.data["timing"]:
-                    if row.get("file") == crashed and row.get("status") == "started":
+                    if row.get("file") == file and row.get("status") == "started":
                         row["status"] = "crashed: the process died in this item"
-                if not any(row.get("file") == crashed for row in self.data["checks"] + self.data["timing"]):
-                    self.data["checks"].append({"file": crashed, "status": "crashed: the process died in this item"})
+                if not self.done(file, target):
+                    self.data["checks"].append({"file": file, "target": target, "status": "crashed: the process died in this item"})
         self.flush()
 
-    def done(self, file: str) -> bool:
-        return any(row.get("file") == file for row in self.data["checks"] + self.data["timing"])
+    def done(self, file: str, target: str | None = None) -> bool:
+        return any(row.get("file") == file and (target is None or row.get("target") == target)
+                   for row in self.data["checks"] + self.data["timing"])
 
-    def start(self, file: str) -> None:
-        self.data["in_progress"] = file
+    def start(self, file: str, target: str | None = None) -> None:
+        self.data["in_progress"] = [file, target] if target else file
         self.flush()
+
+    def end_if_faulted(self, row: dict, target: str) -> None:
+        """A GPU fault (an illegal address, a launch failure) leaves the process's CUDA context
+        unusable: record the target as faulted and end the process with FAULT_EXIT; run.sh starts
+        it again and the run goes on with the next item (faulted targets are not timed)."""
+        if not gpu_fault(str(row.get("status", ""))):
+            return
+        if target not in self.data["faulted_targets"]:
+            self.data["faulted_targets"].append(target)
+        self.data["in_progress"] = None
+        self.flush()
+        log(f"GPU fault on {target}: ending this process so that the next item gets a fresh CUDA context")
+        sys.stdout.flush()
+        os._exit(FAULT_EXIT)
 
     def add(self, section: str, row: dict) -> None:
         self.data[section].append(row)
@@ -246,6 +263,15 @@ class Results:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=1))
         tmp.replace(self.path)
+
+
+FAULT_EXIT = 75  # run.sh: the process ended itself after a GPU fault; start it again
+_FAULTS = ("ILLEGAL_ADDRESS", "illegal memory access", "LAUNCH_FAILED", "unspecified launch failure", "misaligned address",
+           "CUDA_ERROR_ILLEGAL_INSTRUCTION")
+
+
+def gpu_fault(message: str) -> bool:
+    return any(f in message for f in _FAULTS)
 
 
 def unpacked(dir_: Path, entry: dict, scratch: Path) -> Path:
@@ -281,20 +307,23 @@ def run(args) -> None:
     only = set(args.only.split(",")) if args.only else {"check", "timing"}
 
     if "check" in only:
-        for entry in [p for p in manifest["packages"] if p["kind"] == "check" and not results.done(p["file"])]:
-            if time.monotonic() > deadline - args.reserve:
-                results.add("checks", {"file": entry["file"], "status": "skipped: deadline"})
-                continue
-            results.start(entry["file"])
-            try:
-                rows = check_package(unpacked(dir_, entry, scratch), entry, manifest, device)
-            except Exception as e:
-                rows = [{"file": entry["file"], "status": f"failed: {type(e).__name__}: {str(e)[:800]}",
-                         "traceback": traceback.format_exc()[-2000:]}]
-            for row in rows:
+        for entry in [p for p in manifest["packages"] if p["kind"] == "check"]:
+            for target in entry["active_targets"]:
+                if results.done(entry["file"], target):
+                    continue
+                if time.monotonic() > deadline - args.reserve:
+                    results.add("checks", {"file": entry["file"], "target": target, "status": "skipped: deadline"})
+                    continue
+                results.start(entry["file"], target)
+                try:
+                    row = check_package(unpacked(dir_, entry, scratch), entry, manifest, device, target)
+                except Exception as e:
+                    row = {"file": entry["file"], "target": target, "status": f"failed: {type(e).__name__}: {str(e)[:800]}",
+                           "traceback": traceback.format_exc()[-2000:]}
                 results.add("checks", row)
-                log(f"check {row.get('file')} {row.get('target', '')}: {row.get('status')} "
+                log(f"check {row.get('file')} {target}: {row.get('status')} "
                     f"{_brief(row, ('rel_err', 'hf_fp16_rel_err', 'tokens_equal'))}")
+                results.end_if_faulted(row, target)
 
     if "timing" in only:
         for entry in [p for p in manifest["packages"] if p["kind"] == "timing" and not results.done(p["file"])]:
@@ -307,14 +336,19 @@ def run(args) -> None:
             results.add("timing", row)  # filled in as the case goes (flushed after each step)
             try:
                 timing_case(unpacked(dir_, entry, scratch), entry, manifest, device, sync, deadline, args, row,
-                            lambda: results.flush())
-                row["status"] = "ok"
+                            lambda: results.flush(), skip=set(results.data["faulted_targets"]))
+                row["status"] = "ok" if not row.get("faults") else "faulted"
             except Exception as e:
                 row["status"] = f"failed: {type(e).__name__}: {str(e)[:800]}"
                 row["traceback"] = traceback.format_exc()[-2000:]
             results.flush()
             (scratch / entry["file"].removesuffix(".dd.xz")).unlink(missing_ok=True)
             log(f"timing b{entry['batch']} c{entry['context']}: {row['status']} {json.dumps(row.get('results', {}))}")
+            if row.get("faults"):  # measured again in the next process, without the target that faulted
+                results.data["timing"].remove(row)
+                results.data.setdefault("faults", []).append({"file": entry["file"], **row["faults"]})
+                for target, note in row["faults"].items():
+                    results.end_if_faulted({"status": note}, target)
             torch.cuda.empty_cache() if device == "cuda" else None
     results.data["in_progress"] = None
     results.data["wall_s"] = round(results.data.get("wall_s", 0) + time.monotonic() - start, 1)
@@ -337,8 +371,8 @@ def _machine(device: str) -> str:
     return f"{platform.node()}, {gpu}, {os.cpu_count()} CPU cores"
 
 
-def check_package(path: Path, entry: dict, manifest: dict, device: str) -> list[dict]:
-    """Per target of the package: teacher-forced logits vs HF eager fp32 (and HF fp16's error on
+def check_package(path: Path, entry: dict, manifest: dict, device: str, target: str) -> dict:
+    """One target of the package: teacher-forced logits vs HF eager fp32 (and HF fp16's error on
     the same tokens), free-running greedy tokens vs HF generate at the package's precision."""
     import torch
 
@@ -361,38 +395,54 @@ def check_package(path: Path, entry: dict, manifest: dict, device: str) -> list[
             disable_compile=True).cpu()
     scale = float(want.abs().max())
     hf16_err = float((hf16 - want).abs().max()) / scale
-    rows = []
-    for target in entry["active_targets"]:
-        row = {"file": entry["file"], "arch": arch, "precision": precision, "target": target,
-               "hf_fp16_rel_err": round(hf16_err, 6)}
-        t0 = time.perf_counter()
-        try:
-            lm = cuvil_mlir.load(path, prefer=target)
-            row["loaded_target"] = lm.active_target
-            row["load_s"] = round(time.perf_counter() - t0, 2)
-            got = [lm.prefill(ids)]
-            for i in range(n - 1):
-                got.append(lm.decode(forced[:, p + i:p + i + 1], p + i))
-            got = torch.stack(got, dim=1).float()
-            err = float((got - want).abs().max()) / scale
-            row["rel_err"] = round(err, 6)
-            row["argmax_agree"] = round(float((got.argmax(-1) == want.argmax(-1)).float().mean()), 4)
-            tokens = lm.generate(ids, max_new_tokens=n)
-            same = (tokens[:, p:] == greedy_same[:, p:])
-            row["tokens_equal"] = bool(same.all())
-            row["tokens_equal_prefix"] = int(same.all(0).long().cumprod(0).sum())  # new tokens equal in every row
-            # fp32: within 1e-4 of HF fp32 and the same greedy tokens; fp16: no worse than 4x HF fp16's own error
-            ok = err < 1e-4 and row["tokens_equal"] if precision == "fp32" else err <= max(4 * hf16_err, 2e-3)
-            row["status"] = "ok" if ok and row["loaded_target"] == target else (
-                "fallback" if row["loaded_target"] != target else "numerics off")
-            del lm
-        except Exception as e:
-            row["status"] = f"failed: {type(e).__name__}: {str(e)[:800]}"
-        rows.append(row)
-    return rows
+    row = {"file": entry["file"], "arch": arch, "precision": precision, "target": target,
+           "hf_fp16_rel_err": round(hf16_err, 6)}
+    t0 = time.perf_counter()
+    try:
+        lm = cuvil_mlir.load(path, prefer=target)
+        row["loaded_target"] = lm.active_target
+        row["load_s"] = round(time.perf_counter() - t0, 2)
+        got = [lm.prefill(ids)]
+        for i in range(n - 1):
+            got.append(lm.decode(forced[:, p + i:p + i + 1], p + i))
+        got = torch.stack(got, dim=1).float()
+        err = float((got - want).abs().max()) / scale
+        row["rel_err"] = round(err, 6)
+        row["argmax_agree"] = round(float((got.argmax(-1) == want.argmax(-1)).float().mean()), 4)
+        tokens = lm.generate(ids, max_new_tokens=n)
+        same = (tokens[:, p:] == greedy_same[:, p:])
+        row["tokens_equal"] = bool(same.all())
+        row["tokens_equal_prefix"] = int(same.all(0).long().cumprod(0).sum())  # new tokens equal in every row
+        # fp32: within 1e-4 of HF fp32 and the same greedy tokens; fp16: no worse than 4x HF fp16's own error
+        ok = err < 1e-4 and row["tokens_equal"] if precision == "fp32" else err <= max(4 * hf16_err, 2e-3)
+        row["status"] = "ok" if ok and row["loaded_target"] == target else (
+            "fallback" if row["loaded_target"] != target else "numerics off")
+        del lm
+    except Exception as e:
+        row["status"] = f"failed: {type(e).__name__}: {str(e)[:800]}"
+    return row
 
 
-def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, deadline: float, args, row: dict, flush) -> None:
+def step(args) -> None:
+    """The smallest reproducer of a fault: prefill then decode once on ``args.target``."""
+    import torch
+
+    import cuvil_mlir
+
+    path = Path(args.package)
+    if path.name.endswith(".dd.xz"):
+        Path(args.scratch).mkdir(parents=True, exist_ok=True)
+        path = unpacked(path.parent, {"file": path.name}, Path(args.scratch))
+    lm = cuvil_mlir.load(path, prefer=args.target)
+    print("loaded", lm.active_target, flush=True)
+    ids = torch.randint(0, 100, (lm.batch, 5))
+    print("prefill", tuple(lm.prefill(ids).shape), flush=True)
+    print("decode", tuple(lm.decode(ids[:, :1], 5).shape), flush=True)
+    print("step ok", flush=True)
+
+
+def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, deadline: float, args, row: dict, flush,
+                skip: set = frozenset()) -> None:
     """One (batch, context): cuvil (each target) and HF eager / static-cache generate, timed in
     interleaved rounds; prefill logits compared with HF fp16 eager."""
     import torch
@@ -415,6 +465,9 @@ def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, dead
 
     for target in entry["active_targets"]:
         name = "cuvil" if target == entry["active_targets"][0] else "cuvil_plain"
+        if target in skip:
+            row["notes"][name] = f"skipped: {target} faulted the GPU earlier in this run"
+            continue
         t0 = time.perf_counter()
         try:
             lm = cuvil_mlir.load(path, prefer=target, verify=name == "cuvil")  # the archive's sha256 checked once
@@ -430,6 +483,9 @@ def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, dead
             row["notes"][f"{name}_prefill_logits_rel_err_vs_hf_fp16"] = round(float((got - want).abs().max() / want.abs().max()), 5)
         except Exception as e:
             row["notes"][name] = f"failed: {type(e).__name__}: {str(e)[:600]}"
+            if gpu_fault(row["notes"][name]):
+                row.setdefault("faults", {})[target] = row["notes"][name]
+                return  # the CUDA context is lost for everything after: the run restarts its process
 
     def hf(static: bool):
         extra = {"cache_implementation": "static"} if static else {"disable_compile": True}
@@ -567,6 +623,7 @@ def main() -> None:
     b.add_argument("--cases", default=CASES, help="BATCHxCONTEXT, comma-separated")
     b.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
     b.add_argument("--what", default="check,timing")
+    b.add_argument("--archs", default=",".join(ARCHS), help="the check packages' architectures")
     b.add_argument("--tiny", action="store_true", help="LLAMA_TINY instead of LLAMA_1B (a CPU dry run)")
     r = sub.add_parser("run", help="checks and timing (there)")
     r.add_argument("dir")
@@ -584,8 +641,13 @@ def main() -> None:
     rep.add_argument("results", help="generate.json or the folder that holds it")
     rep.add_argument("--date", required=True)
     rep.add_argument("--out", default="", help="PREFIX (default benchmarks/results/generate-h200-DATE)")
+    d = sub.add_parser("step", help="load one package on one target, prefill, one decode step, synchronized (there, "
+                                     "under compute-sanitizer when a target faulted: names the kernel)")
+    d.add_argument("package", help="a check package (.cuvilpkg or .dd.xz)")
+    d.add_argument("target")
+    d.add_argument("--scratch", default="/tmp/gen-pkgs")
     args = p.parse_args()
-    {"build": build, "run": run, "report": report}[args.cmd](args)
+    {"build": build, "run": run, "report": report, "step": step}[args.cmd](args)
 
 
 if __name__ == "__main__":

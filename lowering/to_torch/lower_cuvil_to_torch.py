@@ -93,7 +93,11 @@ def conv2d(op, rewriter):
 
 
 def attention_sdpa(op, rewriter):
-    """cuvil.attention(q, k, v, mask) {scale, is_causal} -> aten.scaled_dot_product_attention"""
+    """cuvil.attention(q, k, v, mask) {scale, is_causal} -> aten.scaled_dot_product_attention;
+    a single query (a decode step: q is [..., 1, D]) is written out instead (two batched
+    matrix-vector products and a softmax, see ``_single_query``)."""
+    if _single_query(op):
+        return attention_decomposed(op, rewriter)
     scale = ir.FloatAttr(op.attributes["scale"]).value
     causal = ir.BoolAttr(op.attributes["is_causal"]).value
     operands = [op.q, op.k, op.v, _or_none(op.mask), torch_float(0.0), torch_bool(causal), torch_float(scale), torch_bool(False)]
@@ -142,6 +146,16 @@ def _rms_norm(x, weight, shape, eps, result_type):
     inv = build("torch.aten.rsqrt", [shifted], reduced)
     y = build("torch.aten.mul.Tensor", [x, inv], result_type)
     return y if weight is None else build("torch.aten.mul.Tensor", [y, weight], result_type)
+
+
+def _single_query(op) -> bool:
+    """A decode step's attention: one query row against the cache, q and k with the same
+    leading dims. IREE 3.13 folds the unit query dim away and compiles an attention op without
+    an M dimension, whose CUDA code faulted on an H100 (CUDA_ERROR_ILLEGAL_ADDRESS in every
+    compile_causal_lm decode, 2026-12-05, benchmarks/results/generate-h200-2026-12-05.md); the
+    written-out form is two matrix-vector products and a softmax, memory-bound like the op."""
+    q, k = info(op.q), info(op.k)
+    return q.rank >= 3 and q.shape[-2] == 1 and q.shape[:-2] == k.shape[:-2] and all(d >= 0 for d in (*q.shape, *k.shape))
 
 
 def attention_decomposed(op, rewriter):

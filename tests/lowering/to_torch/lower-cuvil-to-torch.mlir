@@ -370,3 +370,30 @@ func.func @attention_f16(%q: !torch.vtensor<[1,2,5,16],f16>, %k: !torch.vtensor<
   %0 = "cuvil.attention"(%q, %k, %v) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 0>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[1,2,5,16],f16>, !torch.vtensor<[1,2,7,16],f16>, !torch.vtensor<[1,2,7,8],f16>) -> !torch.vtensor<[1,2,5,8],f16>
   return %0 : !torch.vtensor<[1,2,5,8],f16>
 }
+
+// -----
+
+// A single query (a decode step against a KV cache) is written out under attention=sdpa too: IREE
+// folds the unit query dim and its attention op without M faulted on CUDA (lower_cuvil_to_torch._single_query).
+// CHECK-LABEL: func.func @attention_single_query
+// CHECK:         torch.aten.bmm
+// CHECK:         torch.aten.where.ScalarOther
+// CHECK:         torch.aten.softmax.int
+// CHECK:         torch.aten.bmm
+// CHECK-NOT:     scaled_dot_product_attention
+// DECOMP-LABEL: func.func @attention_single_query
+// DECOMP-NOT:     scaled_dot_product_attention
+func.func @attention_single_query(%q: !torch.vtensor<[2,4,1,16],f32>, %k: !torch.vtensor<[2,4,64,16],f32>, %v: !torch.vtensor<[2,4,64,16],f32>, %m: !torch.vtensor<[2,1,1,64],i1>) -> !torch.vtensor<[2,4,1,16],f32> {
+  %0 = "cuvil.attention"(%q, %k, %v, %m) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[2,4,1,16],f32>, !torch.vtensor<[2,4,64,16],f32>, !torch.vtensor<[2,4,64,16],f32>, !torch.vtensor<[2,1,1,64],i1>) -> !torch.vtensor<[2,4,1,16],f32>
+  return %0 : !torch.vtensor<[2,4,1,16],f32>
+}
+
+// -----
+
+// Grouped heads (q 8 heads, k 2): the sdpa op stays (the written-out form needs equal leading dims).
+// CHECK-LABEL: func.func @attention_single_query_gqa
+// CHECK:         torch.aten.scaled_dot_product_attention
+func.func @attention_single_query_gqa(%q: !torch.vtensor<[1,8,1,16],f32>, %k: !torch.vtensor<[1,2,64,16],f32>, %v: !torch.vtensor<[1,2,64,16],f32>) -> !torch.vtensor<[1,8,1,16],f32> {
+  %0 = "cuvil.attention"(%q, %k, %v) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 0>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[1,8,1,16],f32>, !torch.vtensor<[1,2,64,16],f32>, !torch.vtensor<[1,2,64,16],f32>) -> !torch.vtensor<[1,8,1,16],f32>
+  return %0 : !torch.vtensor<[1,8,1,16],f32>
+}
