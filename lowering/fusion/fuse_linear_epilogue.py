@@ -39,33 +39,45 @@ _RESHAPES = ("torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view")
 _SCALE_OPS = ("torch.aten.mul.Scalar", "torch.aten.div.Scalar", "torch.aten.mul.Tensor")
 
 
-def _producer(value, kinds=_FUSIBLE):
-    """(op, reshape) when ``value`` is the result of a linear/conv2d without activation, directly
-    (reshape None) or through one reshape that is the op's only use. The caller checks the uses
-    of ``value`` itself."""
+def _producer(value, kinds=_FUSIBLE, *, through_cast: bool = False):
+    """(op, reshape, cast) when ``value`` is the result of a linear/conv2d without activation,
+    directly or through one reshape, and (``through_cast``) one narrowing ``to.dtype`` from f32
+    to f16/bf16 before it: the widened form of a 16-bit addmm/mm that torch.export's CPU
+    decompositions write (matmul in f32, then cast), whose activation is then computed on the
+    f32 result before the cast. Each link is the only use of the one before; reshape and cast
+    are None where absent. The caller checks the uses of ``value`` itself."""
     reshape = defining_op(value, _RESHAPES)
     source = reshape.operands[0] if reshape is not None else value
+    cast = defining_op(source, "torch.aten.to.dtype") if through_cast else None
+    if cast is not None:
+        wide, narrow = info(cast.operands[0]), info(source)
+        if wide is None or narrow is None or wide.dtype != "f32" or narrow.dtype not in ("f16", "bf16") \
+                or (reshape is not None and not has_one_use(source)):
+            return None
+        source = cast.operands[0]
     op = defining_op(source, kinds)
     if op is None or cuvil.activation_of(op) != "none":
         return None
-    if reshape is not None and not has_one_use(source):
+    if (reshape is not None or cast is not None) and not has_one_use(source):
         return None
-    return op, reshape
+    return op, reshape, cast
 
 
-def _rebuild(op, reshape, *, activation: str | None = None, bias=None):
-    """The op again, with a bias or an activation, and the reshape after it (if any)."""
+def _rebuild(op, reshape, cast=None, *, activation: str | None = None, bias=None):
+    """The op again, with a bias or an activation, and the cast and reshape after it (if any)."""
     if bias is not None:
         new = cuvil.linear(op.result.type, op.input, op.weight, bias)
     else:
         new = cuvil.with_activation(op, activation)
+    if cast is not None:
+        new = build(cast.operation.name, [new, *cast.operands[1:]], cast.result.type)
     return new if reshape is None else build(reshape.operation.name, [new, *reshape.operands[1:]], reshape.result.type)
 
 
 def _fuse(root, value, activation: str, uses: int = 1):
     """``root`` computes ``activation(value)``: fuse it when ``value`` comes from a fusible op and
     has exactly ``uses`` uses (all inside the matched epilogue) and the type does not change."""
-    matched = _producer(value)
+    matched = _producer(value, through_cast=True)
     if matched is None or num_uses(value) != uses or root.result.type != value.type:
         return None
     return _rebuild(*matched, activation=activation)

@@ -588,3 +588,48 @@ func.func @no_fold_bias_through_view_changing_last_dim(%x: !torch.vtensor<[4,4],
   %2 = torch.aten.add.Tensor %1, %b, %int1 : !torch.vtensor<[2,6],f32>, !torch.vtensor<[6],f32>, !torch.int -> !torch.vtensor<[2,6],f32>
   return %2 : !torch.vtensor<[2,6],f32>
 }
+
+// -----
+
+// The widened 16-bit linear (torch.export's CPU form of an f16 addmm: mm in f32, then a cast back to
+// f16, then a view): the activation after the cast fuses into the f32 linear; cast and view follow it.
+// CHECK-LABEL: func.func @widened_f16_linear_relu_through_cast
+// CHECK:         %[[Y:[0-9]+]] = "cuvil.linear"(%{{.*}}, %{{.*}}) {activation = "relu", operandSegmentSizes = array<i32: 1, 1, 0>} : {{.*}} -> !torch.vtensor<[10,3],f32>
+// CHECK:         %[[C:[0-9]+]] = torch.aten.to.dtype %[[Y]]
+// CHECK:         %[[V:[0-9]+]] = torch.aten.view %[[C]]
+// CHECK-NOT:     torch.aten.relu
+// CHECK:         return %[[V]]
+func.func @widened_f16_linear_relu_through_cast(%x: !torch.vtensor<[10,4],f16>) -> !torch.vtensor<[2,5,3],f16> {
+  %int5 = torch.constant.int 5
+  %int6 = torch.constant.int 6
+  %int2 = torch.constant.int 2
+  %int3 = torch.constant.int 3
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<4x3xf16>) : !torch.vtensor<[4,3],f16>
+  %xf = torch.aten.to.dtype %x, %int6, %false, %false, %none : !torch.vtensor<[10,4],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[10,4],f32>
+  %wf = torch.aten.to.dtype %w, %int6, %false, %false, %none : !torch.vtensor<[4,3],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[4,3],f32>
+  %0 = torch.aten.mm %xf, %wf : !torch.vtensor<[10,4],f32>, !torch.vtensor<[4,3],f32> -> !torch.vtensor<[10,3],f32>
+  %1 = torch.aten.to.dtype %0, %int5, %false, %false, %none : !torch.vtensor<[10,3],f32>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[10,3],f16>
+  %s = torch.prim.ListConstruct %int2, %int5, %int3 : (!torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %2 = torch.aten.view %1, %s : !torch.vtensor<[10,3],f16>, !torch.list<int> -> !torch.vtensor<[2,5,3],f16>
+  %3 = torch.aten.relu %2 : !torch.vtensor<[2,5,3],f16> -> !torch.vtensor<[2,5,3],f16>
+  return %3 : !torch.vtensor<[2,5,3],f16>
+}
+
+// -----
+
+// The cast must narrow f32 to a 16-bit type: a linear cast up to f64 keeps its relu.
+// CHECK-LABEL: func.func @no_fuse_through_widening_cast
+// CHECK:         "cuvil.linear"({{.*}}) {activation = "none"
+// CHECK:         torch.aten.relu
+func.func @no_fuse_through_widening_cast(%x: !torch.vtensor<[10,4],f32>) -> !torch.vtensor<[10,3],f64> {
+  %int7 = torch.constant.int 7
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %w = torch.vtensor.literal(dense<5.000000e-01> : tensor<4x3xf32>) : !torch.vtensor<[4,3],f32>
+  %0 = torch.aten.mm %x, %w : !torch.vtensor<[10,4],f32>, !torch.vtensor<[4,3],f32> -> !torch.vtensor<[10,3],f32>
+  %1 = torch.aten.to.dtype %0, %int7, %false, %false, %none : !torch.vtensor<[10,3],f32>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[10,3],f64>
+  %2 = torch.aten.relu %1 : !torch.vtensor<[10,3],f64> -> !torch.vtensor<[10,3],f64>
+  return %2 : !torch.vtensor<[10,3],f64>
+}
