@@ -33,7 +33,8 @@ def export_module(model, args: tuple, kwargs: dict, dynamic_shapes=None):
     errors = []
     for mode in ("non-strict", "strict"):
         try:
-            return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=mode == "strict")
+            with _no_hf_cache(model, kwargs):
+                return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=mode == "strict")
         except Exception as e:
             errors.append((mode, e))
             if not _is_data_dependent(e):
@@ -44,7 +45,8 @@ def export_module(model, args: tuple, kwargs: dict, dynamic_shapes=None):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            program = torch.export.draft_export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
+            with _no_hf_cache(model, kwargs):
+                program = torch.export.draft_export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
     except Exception as e:
         tried = "; ".join(f"{mode}: {type(err).__name__}: {_short(err, 200)}" for mode, err in errors)
         raise ImportError_(f"torch.export failed for {type(model).__name__} in every mode ({tried}; draft: "
@@ -58,6 +60,27 @@ def export_module(model, args: tuple, kwargs: dict, dynamic_shapes=None):
                   "torch.export.draft_export, which assumes what the example inputs decide: inputs that take another "
                   "branch or size need another compile", DataDependentExportWarning, stacklevel=3)
     return program
+
+
+class _no_hf_cache:
+    """A transformers model with ``config.use_cache`` returns its key/value cache object
+    (DynamicCache) next to the logits, which torch.export cannot flatten (and a static forward
+    has no use for): export it with ``use_cache`` off, as ``model(x, use_cache=False)`` would,
+    unless the call passes ``use_cache`` itself. The config is restored afterwards.
+    (compile_causal_lm compiles the cache as arguments instead.)"""
+
+    def __init__(self, model, kwargs):
+        config = getattr(model, "config", None)
+        self.config = config if getattr(config, "use_cache", False) is True and "use_cache" not in (kwargs or {}) \
+            and type(model).__module__.startswith("transformers.") else None
+
+    def __enter__(self):
+        if self.config is not None:
+            self.config.use_cache = False
+
+    def __exit__(self, *exc):
+        if self.config is not None:
+            self.config.use_cache = True
 
 
 def _short(e: BaseException, limit: int = 600) -> str:

@@ -125,3 +125,26 @@ def test_multiple_outputs_and_inputs():
         ref = model(*args)
     for g, r in zip(got, ref):
         assert rel_err(g, r) <= 1e-5
+
+
+def test_hf_causal_lm_with_cache_on_compiles_as_a_plain_forward():
+    """A transformers causal LM as loaded (config.use_cache on) returns a DynamicCache, which
+    torch.export cannot flatten: cuvil exports it with use_cache off (the logits alone) and puts
+    the config back. Its fp16 form also fuses the tanh GELU through the widened addmm's cast."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=1, n_embd=64, n_head=4, vocab_size=128, n_positions=32)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    assert model.config.use_cache is True
+    ids = torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(0))
+    cm = cuvil_mlir.compile(model, (ids,), target="cpu")
+    assert model.config.use_cache is True
+    with torch.no_grad():
+        want = model(ids, use_cache=False).logits
+    got = cm(ids)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    got = got["logits"] if isinstance(got, dict) else getattr(got, "logits", got)
+    assert rel_err(np.asarray(got), want.numpy()) < 1e-4
+    from cuvil_mlir.compiler.pipeline import Options, compile_program
+
+    fused = compile_program(model.half(), (ids,), Options(target="cpu"), emit="fused")
+    assert 'activation = "gelu_tanh"' in fused.text
