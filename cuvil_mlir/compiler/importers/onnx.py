@@ -215,7 +215,7 @@ def _symbolic_dims(proto) -> dict[str, list[str]]:
 
 def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS,
                  data_dir: str | os.PathLike | None = None, rewrites_allowed: bool = True,
-                 failed: tuple[str, ...] = ()) -> ir.Module:
+                 failed: tuple[str, ...] = (), carried: dict | None = None, example_inputs=()) -> ir.Module:
     """ONNX model -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
 
     Where torch-mlir's lowering fails, the model is rewritten at the ONNX level and imported
@@ -225,8 +225,36 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
     (of this model, then of each rewrite), asks for all of that from the start, expanding
     the function ops among the nodes they name (``RewriteNotPossible`` when nothing would
     change). ``kept_ops=()`` and ``rewrites_allowed=False`` is torch-mlir's own import (the
-    plain-IREE baseline)."""
+    plain-IREE baseline).
+
+    float8 / float4 / int4 / uint4 / int2 / uint2 values (which the importer, the lowering or
+    IREE cannot take) are carried as float32 / int8 / uint8 from the start
+    (``rewrites.carry_narrow_types``); ``carried``, when given, receives the caller's dtype per
+    function argument and result (``{"inputs": [...], "outputs": [...]}``, None where not carried).
+
+    ``example_inputs`` (one per graph input, in order): the inputs used only as shape operands
+    (reduction axes, ``Slice`` bounds, ``Pad`` pads, ``Reshape`` shapes, ``Range`` bounds, ...:
+    ``rewrites.SHAPE_OPERANDS``) are bound to their example values, as torch.export
+    specializes Python ints; ``carried["bound"]`` maps each to its value (calls must pass it)."""
     loaded = load_model(model, data_dir=data_dir)
+    names, bound = loaded.input_names, {}
+    if example_inputs and rewrites_allowed:
+        if len(example_inputs) != len(names):
+            raise ImportError_(f"the ONNX model takes {len(names)} input(s) ({', '.join(names)}); "
+                               f"{len(example_inputs)} example input(s) were given")
+        given = dict(zip(names, example_inputs))
+        bound = {name: _host_array(given[name]) for name in rewrites.shape_operand_inputs(loaded.proto)}
+        if bound:
+            loaded = _rewritten(loaded, rewrites.bind_inputs(loaded.proto, bound))
+    narrow_inputs, narrow_outputs = {}, {}
+    if rewrites_allowed and rewrites.has_narrow_types(loaded.proto):
+        proto, narrow_inputs, narrow_outputs = rewrites.carry_narrow_types(loaded.proto)
+        loaded = _rewritten(loaded, proto)
+    if carried is not None:
+        carried["inputs"] = [narrow_inputs.get(name) for name in loaded.input_names]
+        carried["outputs"] = [narrow_outputs.get(name) for name in loaded.output_names]
+        carried["bound"] = bound
+        carried["names"] = names
     done, folded = set(), False
     for message in failed:
         loaded, expanded = _rewritten_for(loaded, message)
@@ -254,6 +282,27 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
             if changed is None:
                 raise
             loaded = _rewritten(loaded, changed)
+
+
+def shape_operand_inputs(model) -> list[str]:
+    """The names of the inputs of an ONNX model (path, ModelProto or OnnxModel) that are used
+    only as shape operands: compiling with example inputs binds them (``import_model``)."""
+    loaded = load_model(model, infer_shapes=False) if not isinstance(model, OnnxModel) else model
+    return rewrites.shape_operand_inputs(loaded.proto)
+
+
+def shape_operand_values(model, inputs) -> dict[str, np.ndarray]:
+    """The values ``inputs`` (one per input of the model) give its shape-operand inputs."""
+    loaded = load_model(model, infer_shapes=False) if not isinstance(model, OnnxModel) else model
+    given = dict(zip(loaded.input_names, inputs))
+    return {name: _host_array(given[name]) for name in rewrites.shape_operand_inputs(loaded.proto) if name in given}
+
+
+def _host_array(value) -> np.ndarray:
+    """An example input (numpy array or torch tensor) as a numpy array."""
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
 
 
 def _rewritten_for(loaded: OnnxModel, failed: str) -> tuple[OnnxModel, set[str]]:

@@ -27,7 +27,7 @@ FOLD_LIMIT = 1 << 16
 
 # ops whose value is not a function of their inputs
 _NOT_FOLDABLE = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial",
-                 "Dropout", "If", "Loop", "Scan", "SequenceMap", "Optional", "ImageDecoder"}
+                 "Dropout", "Optional", "ImageDecoder"}
 
 
 def _opset(proto, domain: str = "") -> int:
@@ -124,8 +124,10 @@ def fold_constants(proto):
     for t in graph.initializer:
         if int(np.prod(t.dims)) <= FOLD_LIMIT:
             known[t.name] = numpy_helper.to_array(t)
-    shapes = {}
+    shapes, types = {}, {}
     for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.type.HasField("tensor_type"):
+            types[v.name] = v.type.tensor_type.elem_type
         if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
             dims = v.type.tensor_type.shape.dim
             if all(d.HasField("dim_value") for d in dims):
@@ -145,6 +147,9 @@ def fold_constants(proto):
                 pending.extend(reversed(branch))
                 changed = True
                 continue
+        if node.op_type == "CastLike" and node.input[0] in known and types.get(node.input[1]):
+            node = helper.make_node("Cast", [node.input[0]], list(node.output), name=node.name, to=types[node.input[1]],
+                                    **{a.name: a.i for a in node.attribute if a.name in ("saturate", "round_mode")})
         values = _fold(node, known, shapes, opset)
         if values is None:
             out.append(node)
@@ -172,7 +177,8 @@ def _fold(node, known, shapes, opset):
     """The node's results as arrays where all its inputs are known, else None."""
     if node.op_type in _NOT_FOLDABLE or node.op_type == "Constant" or not node.output:
         return None
-    if any(a.type in (5, 10) for a in node.attribute):  # GRAPH, GRAPHS: a subgraph
+    outer = _outer_references(node)  # a subgraph (Loop, Scan, If) may read values of this graph
+    if outer is None:
         return None
     if node.op_type in ("Shape", "Size") and node.input[0] in shapes:
         shape = shapes[node.input[0]]
@@ -182,12 +188,21 @@ def _fold(node, known, shapes, opset):
         start, end = attrs.get("start", 0), attrs.get("end", len(shape))
         return [np.array(shape[slice(start, end)], dtype=np.int64)]
     inputs = [x for x in node.input if x]
-    if not inputs or any(x not in known for x in inputs):
+    if not (inputs or outer) or any(x not in known for x in [*inputs, *outer]):
         return None
     from onnx.reference import ReferenceEvaluator
 
     try:
-        results = ReferenceEvaluator(node, opsets={"": opset}).run(None, {x: known[x] for x in inputs})
+        if outer:  # the subgraph's outer values as inputs of a one-node graph
+            from onnx import helper
+
+            names = list(dict.fromkeys([*inputs, *outer]))
+            graph = helper.make_graph([node], "fold", [helper.make_value_info(x, helper.TypeProto()) for x in names],
+                                      [helper.make_value_info(x, helper.TypeProto()) for x in node.output])
+            evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+            results = evaluator.run(None, {x: known[x] for x in names})
+        else:
+            results = ReferenceEvaluator(node, opsets={"": opset}).run(None, {x: known[x] for x in inputs})
     except Exception:  # noqa: BLE001  (left for torch-mlir's lowering, which names the problem)
         return None
     results = [np.asarray(r) for r in results]
@@ -196,12 +211,45 @@ def _fold(node, known, shapes, opset):
     return results
 
 
+def _outer_references(node) -> list[str] | None:
+    """The values of the enclosing graph that ``node``'s subgraphs read (none without
+    subgraphs); None where a subgraph holds an op whose value is not a function of its inputs."""
+    outer: list[str] = []
+
+    def visit(graph, defined: set):
+        defined = defined | {v.name for v in graph.input} | {t.name for t in graph.initializer}
+        for inner in graph.node:
+            if inner.op_type in _NOT_FOLDABLE:
+                return False
+            outer.extend(x for x in inner.input if x and x not in defined)
+            for a in inner.attribute:
+                for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
+                    if not visit(g, defined):
+                        return False
+            defined |= set(inner.output)
+        return True
+
+    for a in node.attribute:
+        for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
+            if not visit(g, set()):
+                return None
+    return list(dict.fromkeys(outer))
+
+
 def _constant_value(node):
     from onnx import numpy_helper
 
     for a in node.attribute:
         if a.name == "value" and a.type == 4:  # TENSOR
             return numpy_helper.to_array(a.t) if int(np.prod(a.t.dims)) <= FOLD_LIMIT else None
+        if a.name == "value_int":
+            return np.array(a.i, np.int64)
+        if a.name == "value_ints":
+            return np.array(list(a.ints), np.int64)
+        if a.name == "value_float":
+            return np.array(a.f, np.float32)
+        if a.name == "value_floats":
+            return np.array(list(a.floats), np.float32)
     return None
 
 
@@ -290,3 +338,357 @@ def _implied_axes(source: tuple, result: tuple, keepdims: bool) -> list[int] | N
     if len({tuple(i for i in c if source[i] != 1) for c in fits}) != 1:
         return None
     return list(fits[0])
+
+
+# --- narrow element types: float8 / float4 / int4 / uint4 / int2 / uint2 --------------------------------
+
+# ONNX element types torch-mlir's importer or IREE cannot take (float4 and the 2-bit ints are
+# unknown to the importer; its Cast lowering has no float8 or int4 target; IREE cannot size i4
+# buffers; the runtime has no float8 arrays). Their values are carried exactly in a wider type.
+# float formats: (mantissa bits, exponent of the smallest normal, of the largest binade, largest
+# finite value, what an overflow becomes without saturation, ml_dtypes' name)
+_NARROW_FLOATS = {
+    17: (3, -6, 8, 448.0, float("nan"), "float8_e4m3fn"),
+    18: (3, -7, 7, 240.0, float("nan"), "float8_e4m3fnuz"),
+    19: (2, -14, 15, 57344.0, float("inf"), "float8_e5m2"),
+    20: (2, -15, 15, 57344.0, float("nan"), "float8_e5m2fnuz"),
+    23: (1, 0, 2, 6.0, None, "float4_e2m1fn"),  # no inf or NaN: always saturates
+}
+# integer formats: (smallest, largest, carrier type, ml_dtypes' name)
+_NARROW_INTS = {22: (-8, 7, 3, "int4"), 21: (0, 15, 2, "uint4"), 26: (-2, 1, 3, "int2"), 25: (0, 3, 2, "uint2")}
+_FLOAT = 1
+# ops that move or select values without computing on them: a carried value passes unchanged
+_DATA_MOVEMENT = {"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Split", "Slice",
+                  "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Shape", "Size", "Constant", "Where",
+                  "Pad", "DepthToSpace", "SpaceToDepth"}
+
+
+def narrow_type_name(elem_type: int) -> str | None:
+    """ml_dtypes' name of an ONNX element type carried in a wider one (None: not narrow)."""
+    if elem_type in _NARROW_FLOATS:
+        return _NARROW_FLOATS[elem_type][-1]
+    if elem_type in _NARROW_INTS:
+        return _NARROW_INTS[elem_type][-1]
+    return None
+
+
+def _carrier(elem_type: int) -> int:
+    return _FLOAT if elem_type in _NARROW_FLOATS else _NARROW_INTS[elem_type][2] if elem_type in _NARROW_INTS else elem_type
+
+
+def has_narrow_types(proto) -> bool:
+    graph = proto.graph
+    values = [*graph.input, *graph.output, *graph.value_info]
+    if any(v.type.HasField("tensor_type") and narrow_type_name(v.type.tensor_type.elem_type) for v in values):
+        return True
+    if any(narrow_type_name(t.data_type) for t in graph.initializer):
+        return True
+    for node in graph.node:
+        for a in node.attribute:
+            if (a.name == "to" and a.type == 2 and narrow_type_name(a.i)) or (a.type == 4 and narrow_type_name(a.t.data_type)):
+                return True
+    return False
+
+
+def carry_narrow_types(proto):
+    """The model with every float8 / float4 / int4 / uint4 / int2 / uint2 value carried in a
+    type the importer, the lowering and IREE take: float32 for the float formats, int8 /
+    uint8 for the integer ones. Carried values are exact (every value of these formats is one
+    of the carrier), so only what produces them changes: a ``Cast`` (or ``CastLike``) to a
+    narrow type becomes the rounding it stands for, written in ONNX ops on float32 (round to
+    nearest even at the format's precision, subnormals included, then saturation or the
+    format's overflow value), ``QuantizeLinear`` quantizes in the carrier and clips to the
+    format's range, ``DequantizeLinear`` of a float format multiplies by the scale. Data
+    movement ops pass carried values through; any other op on a narrow value is an error
+    naming it. Returns (model, {graph input: ml_dtypes name}, {graph output: name}); the
+    caller's arrays of those dtypes are converted at the boundary both ways."""
+    from onnx import helper, numpy_helper
+
+    graph = proto.graph
+    types = {}
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.type.HasField("tensor_type"):
+            types[v.name] = v.type.tensor_type.elem_type
+    for t in graph.initializer:
+        types[t.name] = t.data_type
+    for node in graph.node:
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.type == 4:
+                    types[node.output[0]] = a.t.data_type
+    shapes = {t.name: tuple(t.dims) for t in graph.initializer}  # dims (None: unknown)
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+            shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
+    fresh = (f"cuvil_narrow_{i}" for i in itertools.count())
+    out = []
+    for node in graph.node:
+        attrs = {a.name: a for a in node.attribute}
+        if node.domain not in ("", "ai.onnx"):
+            out.append(node)
+            continue
+        if node.op_type == "CastLike" and narrow_type_name(types.get(node.input[1], 0)):
+            saturate = attrs["saturate"].i if "saturate" in attrs else 1
+            out += _cast_to_narrow(node.input[0], node.output[0], types[node.input[1]], types.get(node.input[0], _FLOAT),
+                                   bool(saturate), fresh)
+            continue
+        if node.op_type == "Cast" and narrow_type_name(attrs["to"].i):
+            saturate = attrs["saturate"].i if "saturate" in attrs else 1
+            out += _cast_to_narrow(node.input[0], node.output[0], attrs["to"].i, types.get(node.input[0], _FLOAT),
+                                   bool(saturate), fresh)
+            continue
+        if node.op_type == "QuantizeLinear":
+            target = attrs["output_dtype"].i if "output_dtype" in attrs and attrs["output_dtype"].i else \
+                types.get(node.input[2], 0) if len(node.input) > 2 and node.input[2] else 0
+            if narrow_type_name(target):
+                out += _quantize_narrow(node, target, attrs, shapes, fresh)
+                continue
+        if node.op_type == "DequantizeLinear" and narrow_type_name(types.get(node.input[0], 0)):
+            out += _dequantize_narrow(node, types[node.input[0]], types, attrs, shapes, fresh)
+            continue
+        if node.op_type == "Constant" and "value" in attrs and narrow_type_name(attrs["value"].t.data_type):
+            value = numpy_helper.to_array(attrs["value"].t)
+            out.append(helper.make_node("Constant", [], [node.output[0]], name=node.name,
+                                        value=numpy_helper.from_array(_carried(value, attrs["value"].t.data_type))))
+            continue
+        narrow = [x for x in [*node.input, *node.output] if x and narrow_type_name(types.get(x, 0))]
+        if narrow and node.op_type not in _DATA_MOVEMENT and node.op_type not in ("Cast", "CastLike"):
+            raise ImportError_(f"ONNX op {node.op_type} (node '{node.name}') on {narrow_type_name(types[narrow[0]])} values "
+                               "is not supported: float8 / float4 / int4 / int2 values are carried as float32 / int8 "
+                               "through Cast, CastLike, QuantizeLinear, DequantizeLinear and data movement ops only")
+        out.append(node)
+    result = type(proto)()
+    result.CopyFrom(proto)
+    del result.graph.node[:]
+    result.graph.node.extend(out)
+    del result.graph.value_info[:]  # inferred again by the caller
+    for t in result.graph.initializer:
+        if narrow_type_name(t.data_type):
+            t.CopyFrom(numpy_helper.from_array(_carried(numpy_helper.to_array(t), t.data_type), t.name))
+    inputs, outputs = {}, {}
+    for values, record in ((result.graph.input, inputs), (result.graph.output, outputs)):
+        for v in values:
+            if v.type.HasField("tensor_type") and narrow_type_name(v.type.tensor_type.elem_type):
+                record[v.name] = narrow_type_name(v.type.tensor_type.elem_type)
+                v.type.tensor_type.elem_type = _carrier(v.type.tensor_type.elem_type)
+    return result, inputs, outputs
+
+
+def _carried(value: np.ndarray, elem_type: int) -> np.ndarray:
+    return value.astype(np.float32 if elem_type in _NARROW_FLOATS else np.int8 if _carrier(elem_type) == 3 else np.uint8)
+
+
+def _const(name: str, value) -> object:
+    from onnx import helper, numpy_helper
+
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value), name))
+
+
+def _cast_to_narrow(x: str, y: str, target: int, source: int, saturate: bool, fresh) -> list:
+    """Nodes computing ``y``, the carrier of ``Cast(x, to=target)``."""
+    from onnx import helper
+
+    n = lambda: next(fresh)  # noqa: E731
+    nodes = []
+    xf = x
+    if source != _FLOAT:
+        xf = n()
+        nodes.append(helper.make_node("Cast", [x], [xf], to=_FLOAT))
+    if target in _NARROW_INTS:
+        # numpy / ml_dtypes' conversion (onnx's reference): truncation toward zero, and a value
+        # whose truncation is outside the format (or NaN) becomes 0
+        lo, hi, carrier, _ = _NARROW_INTS[target]
+        c_lo, c_hi, c_zero, above, below, inside, safe = (n() for _ in range(7))
+        nodes += [_const(c_lo, np.float32(lo - 1)), _const(c_hi, np.float32(hi + 1)), _const(c_zero, np.float32(0)),
+                  helper.make_node("Greater", [xf, c_lo], [above]), helper.make_node("Less", [xf, c_hi], [below]),
+                  helper.make_node("And", [above, below], [inside]),
+                  helper.make_node("Where", [inside, xf, c_zero], [safe]),
+                  helper.make_node("Cast", [safe], [y], to=carrier)]
+        return nodes
+    nodes += _round_to_float_format(xf, y, target, saturate, fresh)
+    return nodes
+
+
+def _round_to_float_format(x: str, y: str, target: int, saturate: bool, fresh) -> list:
+    """float32 ``x`` rounded to the nearest value of the float format ``target`` (ties to
+    even), as float32. The binade comes from comparisons with the powers of two (exact, unlike
+    a logarithm); a value below the smallest normal rounds at the subnormal quantum."""
+    from onnx import helper
+
+    mant, emin, emax, largest, overflow, _ = _NARROW_FLOATS[target]
+    n = lambda: next(fresh)  # noqa: E731
+    names = {k: n() for k in ("a", "axis", "au", "thr", "ge", "gei", "cnt", "quanta", "q", "s", "r0", "r", "lim",
+                              "sat", "neg", "zero", "isneg")}
+    thresholds = np.array([2.0 ** e for e in range(emin + 1, emax + 1)], np.float32)
+    quanta = np.array([2.0 ** (e - mant) for e in range(emin, emax + 1)], np.float32)
+    nodes = [helper.make_node("Abs", [x], [names["a"]]),
+             _const(names["axis"], np.array([-1], np.int64)),
+             helper.make_node("Unsqueeze", [names["a"], names["axis"]], [names["au"]]),
+             _const(names["thr"], thresholds),
+             helper.make_node("GreaterOrEqual", [names["au"], names["thr"]], [names["ge"]]),
+             helper.make_node("Cast", [names["ge"]], [names["gei"]], to=7),
+             helper.make_node("ReduceSum", [names["gei"], names["axis"]], [names["cnt"]], keepdims=0),
+             _const(names["quanta"], quanta),
+             helper.make_node("Gather", [names["quanta"], names["cnt"]], [names["q"]]),
+             helper.make_node("Div", [names["a"], names["q"]], [names["s"]]),
+             helper.make_node("Round", [names["s"]], [names["r0"]]),
+             helper.make_node("Mul", [names["r0"], names["q"]], [names["r"]]),
+             _const(names["lim"], np.float32(largest))]
+    if saturate or overflow is None:
+        nodes.append(helper.make_node("Min", [names["r"], names["lim"]], [names["sat"]]))
+    else:
+        over, value = n(), n()
+        nodes += [helper.make_node("Greater", [names["r"], names["lim"]], [over]), _const(value, np.float32(overflow)),
+                  helper.make_node("Where", [over, value, names["r"]], [names["sat"]])]
+    signed, nan = n(), n()
+    nodes += [helper.make_node("Neg", [names["sat"]], [names["neg"]]),
+              _const(names["zero"], np.float32(0)),
+              helper.make_node("Less", [x, names["zero"]], [names["isneg"]]),
+              helper.make_node("Where", [names["isneg"], names["neg"], names["sat"]], [signed]),
+              helper.make_node("IsNaN", [x], [nan]),  # Min and Where drop a NaN: kept (to the format's NaN)
+              helper.make_node("Where", [nan, x, signed], [y])]
+    return nodes
+
+
+def _per_axis(scale: str, axis: int, shape: tuple | None, fresh) -> tuple[list, str]:
+    """A 1-D per-axis scale (or zero point) reshaped to broadcast along ``axis`` of a rank-``rank`` input."""
+    if shape is None:
+        raise ImportError_("a per-axis QuantizeLinear / DequantizeLinear on narrow types needs its input's rank")
+    from onnx import helper
+
+    rank = len(shape)
+    axis = axis % rank
+    shape, out = next(fresh), next(fresh)
+    dims = [1] * rank
+    dims[axis] = -1
+    return [_const(shape, np.array(dims, np.int64)), helper.make_node("Reshape", [scale, shape], [out])], out
+
+
+def _scale_operand(node, index: int, attrs, shapes, fresh) -> tuple[list, str]:
+    """The scale (or zero point) operand ``index`` of a (de)quantization, shaped to broadcast
+    against its input: as it is when it has one element, else reshaped along ``axis``."""
+    if shapes.get(node.input[1]) in ((), (1,)):
+        return [], node.input[index]
+    if "block_size" in attrs and attrs["block_size"].i:
+        raise ImportError_(f"blocked {node.op_type} (node '{node.name}') on narrow types is not supported")
+    axis = attrs["axis"].i if "axis" in attrs else 1
+    return _per_axis(node.input[index], axis, shapes.get(node.input[0]), fresh)
+
+
+def _quantize_narrow(node, target: int, attrs, shapes, fresh) -> list:
+    """``QuantizeLinear`` to a narrow type, written out in float32: ``x / scale`` (rounded
+    half to even for the integer formats), plus the zero point, saturated to the format."""
+    from onnx import helper
+
+    n = lambda: next(fresh)  # noqa: E731
+    has_zero = len(node.input) > 2 and bool(node.input[2])
+    nodes, scale = _scale_operand(node, 1, attrs, shapes, fresh)
+    x, ratio = node.input[0], n()
+    xf, sf = n(), n()
+    nodes += [helper.make_node("Cast", [x], [xf], to=_FLOAT), helper.make_node("Cast", [scale], [sf], to=_FLOAT),
+              helper.make_node("Div", [xf, sf], [ratio])]
+    if target in _NARROW_INTS:
+        lo, hi, carrier, _ = _NARROW_INTS[target]
+        rounded = n()
+        nodes.append(helper.make_node("Round", [ratio], [rounded]))
+        ratio = rounded
+    if has_zero:
+        zero_nodes, zero = _scale_operand(node, 2, attrs, shapes, fresh)
+        zf, shifted = n(), n()
+        nodes += zero_nodes + [helper.make_node("Cast", [zero], [zf], to=_FLOAT), helper.make_node("Add", [ratio, zf], [shifted])]
+        ratio = shifted
+    if target in _NARROW_INTS:
+        c_lo, c_hi, clipped = n(), n(), n()
+        return nodes + [_const(c_lo, np.float32(lo)), _const(c_hi, np.float32(hi)),
+                        helper.make_node("Clip", [ratio, c_lo, c_hi], [clipped]),
+                        helper.make_node("Cast", [clipped], [node.output[0]], to=carrier)]
+    saturate = attrs["saturate"].i if "saturate" in attrs else 1
+    return nodes + _round_to_float_format(ratio, node.output[0], target, bool(saturate), fresh)
+
+
+def _dequantize_narrow(node, source: int, types, attrs, shapes, fresh) -> list:
+    """``DequantizeLinear`` of a narrow type: of the carrier (ints), or ``(x - zero) * scale``
+    in the scale's type (floats)."""
+    from onnx import helper
+
+    if source in _NARROW_INTS:
+        return [node]  # the carrier's DequantizeLinear gives the same values
+    n = lambda: next(fresh)  # noqa: E731
+    nodes, scale = _scale_operand(node, 1, attrs, shapes, fresh)
+    out_type = attrs["output_dtype"].i if "output_dtype" in attrs and attrs["output_dtype"].i else types.get(node.input[1], _FLOAT)
+    x = node.input[0]
+    if len(node.input) > 2 and node.input[2]:
+        zero_nodes, zero = _scale_operand(node, 2, attrs, shapes, fresh)
+        shifted = n()
+        nodes += zero_nodes + [helper.make_node("Sub", [x, zero], [shifted])]
+        x = shifted
+    if out_type == _FLOAT:
+        return nodes + [helper.make_node("Mul", [x, scale], [node.output[0]])]
+    xs = n()
+    return nodes + [helper.make_node("Cast", [x], [xs], to=out_type), helper.make_node("Mul", [xs, scale], [node.output[0]])]
+
+
+# --- shape operands: inputs bound to their example values --------------------------------------------
+
+# operands ONNX ops read as shapes, axes, sizes, counts or bounds (by input index): the
+# lowering and IREE need them as constants (a runtime ``axes`` is a reduction IREE cannot
+# compile, runtime ``Slice`` bounds a dim it cannot size, runtime ``pads`` a list it cannot build)
+SHAPE_OPERANDS = {
+    "Reshape": {1}, "Expand": {1}, "Tile": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 3}, "Squeeze": {1},
+    "Unsqueeze": {1}, "Split": {1}, "ConstantOfShape": {0}, "Range": {0, 1, 2}, "TopK": {1}, "OneHot": {1},
+    "Resize": {1, 2, 3}, "Upsample": {1}, "CumSum": {1}, "CumProd": {1}, "Col2Im": {1, 2}, "AffineGrid": {1},
+    "CenterCropPad": {1}, "Trilu": {1}, "NonMaxSuppression": {2, 3, 4}, "DFT": {1, 2}, "STFT": {1, 3},
+    "BlackmanWindow": {0}, "HannWindow": {0}, "HammingWindow": {0}, "MelWeightMatrix": {0, 1, 2, 3, 4},
+    **{op: {1} for op in _REDUCTIONS},
+}
+# a shape operand holds a handful of numbers
+_SHAPE_OPERAND_LIMIT = 64
+
+
+def shape_operand_inputs(proto) -> list[str]:
+    """The graph inputs used only as shape operands (``SHAPE_OPERANDS``) of top-level nodes
+    and not returned: binding one to a value (``bind_inputs``) makes what it decides static."""
+    graph = proto.graph
+    initializers = {t.name for t in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    uses: dict[str, list[bool]] = {}
+    for node in graph.node:
+        positions = SHAPE_OPERANDS.get(node.op_type, set()) if node.domain in ("", "ai.onnx") else set()
+        for i, x in enumerate(node.input):
+            if x:
+                uses.setdefault(x, []).append(i in positions)
+        for a in node.attribute:  # a subgraph that reads an outer value uses it as data
+            for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
+                for inner in g.node:
+                    for x in inner.input:
+                        uses.setdefault(x, []).append(False)
+    return [v.name for v in graph.input
+            if v.name not in initializers and v.name not in outputs and uses.get(v.name) and all(uses[v.name])]
+
+
+def bind_inputs(proto, values: dict):
+    """The model with the graph inputs named in ``values`` (name -> array) replaced by
+    initializers holding those values (checked against the inputs' types and ranks)."""
+    from onnx import helper, numpy_helper
+
+    result = type(proto)()
+    result.CopyFrom(proto)
+    kept = []
+    for v in result.graph.input:
+        if v.name not in values:
+            kept.append(v)
+            continue
+        array = np.asarray(values[v.name])
+        tensor = v.type.tensor_type
+        want = helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+        if array.dtype != want:
+            raise ImportError_(f"input '{v.name}' of the ONNX model is {np.dtype(want)}; the example value is {array.dtype}")
+        if tensor.HasField("shape") and len(tensor.shape.dim) != array.ndim:
+            raise ImportError_(f"input '{v.name}' of the ONNX model has rank {len(tensor.shape.dim)}; "
+                               f"the example value has shape {list(array.shape)}")
+        if array.size > _SHAPE_OPERAND_LIMIT:
+            raise ImportError_(f"input '{v.name}' holds {array.size} values: too many for a shape operand")
+        result.graph.initializer.append(numpy_helper.from_array(array, v.name))
+    del result.graph.input[:]
+    result.graph.input.extend(kept)
+    return result
