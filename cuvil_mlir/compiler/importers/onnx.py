@@ -255,7 +255,7 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
         carried["outputs"] = [narrow_outputs.get(name) for name in loaded.output_names]
         carried["bound"] = bound
         carried["names"] = names
-    done, folded = set(), False
+    done, folded, upgraded_once = set(), False, False
     for message in failed:
         loaded, expanded = _rewritten_for(loaded, message)
         done |= expanded
@@ -272,6 +272,15 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
             if wanted:
                 loaded = _rewritten(loaded, rewrites.expand_function_ops(loaded.proto, wanted))
                 done |= wanted
+                continue
+            unrolled = rewrites.unroll_scans(loaded.proto) if any(op == "Scan" for op, _ in e.ops) else None
+            if unrolled is not None:  # torch-mlir has no Scan: one body per step
+                loaded = _rewritten(loaded, unrolled)
+                continue
+            upgraded = None if upgraded_once else rewrites.upgrade_opset(loaded.proto)
+            upgraded_once = True
+            if upgraded is not None:  # an old opset: the newer forms torch-mlir lowers
+                loaded = _rewritten(loaded, upgraded)
                 continue
             # a lowering that needs constant operands (axes, sizes, If conditions) computed by nodes
             changed = None

@@ -692,3 +692,145 @@ def bind_inputs(proto, values: dict):
     del result.graph.input[:]
     result.graph.input.extend(kept)
     return result
+
+
+# --- old opsets: converted to a newer one ------------------------------------------------------------
+
+# the opset an old model is converted to where torch-mlir's lowering fails on it (many of its
+# lowerings exist only for the newer forms: Unsqueeze-13, Concat-11, ReduceMin-18, Dropout-12, ...)
+UPGRADE_OPSET = 21
+
+
+def upgrade_opset(proto):
+    """The model converted to ``UPGRADE_OPSET`` by onnx's version converter (which rewrites
+    each node to its newer form with the same meaning); None when its opset is not older or
+    the converter cannot convert it."""
+    from onnx import version_converter
+
+    if not 0 < _opset(proto) < UPGRADE_OPSET:
+        return None
+    try:
+        return version_converter.convert_version(proto, UPGRADE_OPSET)
+    except Exception:  # noqa: BLE001  (an op the converter has no adapter for: left as it is)
+        return None
+
+
+# --- Scan with a static length: unrolled ---------------------------------------------------------------
+
+# a longer Scan stays a Scan (unrolling copies its body once per step)
+UNROLL_LIMIT = 64
+
+
+def unroll_scans(proto):
+    """The model with each top-level ``Scan`` (opset 9+) whose scan length is static (up to
+    ``UNROLL_LIMIT`` steps) replaced by its body once per step: scan inputs sliced along
+    their axes (backward where their direction says so), state values threaded through the
+    copies, scan outputs stacked along their axes. torch-mlir's lowering has no Scan. None
+    when there is none to unroll (a body with subgraphs of its own is left as it is)."""
+    from onnx import helper
+
+    if _opset(proto) < 9:
+        return None
+    graph = proto.graph
+    shapes = {}
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+            shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
+    for t in graph.initializer:
+        shapes[t.name] = tuple(t.dims)
+    fresh = (f"cuvil_scan{i}" for i in itertools.count())
+    out, changed = [], False
+    opset = _opset(proto)
+    for node in graph.node:
+        nodes = _unrolled(node, shapes, fresh, helper, opset) if node.op_type == "Scan" and node.domain in ("", "ai.onnx") else None
+        if nodes is None:
+            out.append(node)
+            continue
+        out += nodes
+        changed = True
+    if not changed:
+        return None
+    result = type(proto)()
+    result.CopyFrom(proto)
+    del result.graph.node[:]
+    result.graph.node.extend(out)
+    del result.graph.value_info[:]
+    return result
+
+
+def _unrolled(node, shapes, fresh, helper, opset: int):
+    attrs = {a.name: a for a in node.attribute}
+    body = attrs["body"].g
+    m = attrs["num_scan_inputs"].i
+    n = len(node.input) - m  # state values
+    k = len(body.output) - n  # scan outputs
+    if any(a.type in (5, 10) for b in body.node for a in b.attribute):
+        return None
+    in_axes = list(attrs["scan_input_axes"].ints) if "scan_input_axes" in attrs else [0] * m
+    in_dirs = list(attrs["scan_input_directions"].ints) if "scan_input_directions" in attrs else [0] * m
+    out_axes = list(attrs["scan_output_axes"].ints) if "scan_output_axes" in attrs else [0] * k
+    out_dirs = list(attrs["scan_output_directions"].ints) if "scan_output_directions" in attrs else [0] * k
+    scans = list(node.input[n:])
+    lengths = set()
+    for x, axis in zip(scans, in_axes):
+        shape = shapes.get(x)
+        if shape is None or shape[axis % len(shape)] is None:
+            return None
+        lengths.add(shape[axis % len(shape)])
+    if len(lengths) != 1 or not 0 < next(iter(lengths)) <= UNROLL_LIMIT:
+        return None
+    steps = next(iter(lengths))
+    prefix = next(fresh)
+    const = lambda name, value: helper.make_node("Constant", [], [name], value=helper.make_tensor(  # noqa: E731
+        name, 7, [len(value)], value))
+    nodes = []
+    states = list(node.input[:n])
+    elements: list[list[str]] = [[] for _ in range(k)]
+    local = {o for b in body.node for o in b.output} | {v.name for v in body.input} | {t.name for t in body.initializer}
+    for step in range(steps):
+        rename = {name: f"{prefix}_{step}_{name}" for name in local}
+        for (value, state) in zip(body.input[:n], states):
+            nodes.append(helper.make_node("Identity", [state], [rename[value.name]]))
+        for j, (value, x) in enumerate(zip(body.input[n:], scans)):
+            axis = in_axes[j]
+            at = f"{prefix}_{step}_{j}_at"
+            nodes += [helper.make_node("Constant", [], [at], value=helper.make_tensor(at, 7, [],
+                                                                                      [steps - 1 - step if in_dirs[j] else step])),
+                      helper.make_node("Gather", [x, at], [rename[value.name]], axis=axis)]
+        for t in body.initializer:
+            nodes.append(helper.make_node("Constant", [], [rename[t.name]], value=t))
+        for b in body.node:
+            copy = type(b)()
+            copy.CopyFrom(b)
+            copy.input[:] = [rename.get(x, x) for x in b.input]
+            copy.output[:] = [rename.get(x, x) for x in b.output]
+            copy.name = f"{prefix}_{step}_{b.name}" if b.name else ""
+            nodes.append(copy)
+        states = [rename.get(o.name, o.name) for o in body.output[:n]]
+        for i, o in enumerate(body.output[n:]):
+            elements[i].append(rename.get(o.name, o.name))
+    for state, result in zip(states, node.output[:n]):
+        if result:
+            nodes.append(helper.make_node("Identity", [state], [result]))
+    for i, result in enumerate(node.output[n:]):
+        if not result:
+            continue
+        axis = out_axes[i]
+        order = elements[i][::-1] if out_dirs[i] else elements[i]
+        a = f"{prefix}_out{i}_axis"
+        # a negative output axis counts from the stacked result's rank: unsqueezed there
+        if opset >= 13:
+            nodes.append(const(a, [axis]))
+        else:  # torch-mlir lowers only Unsqueeze-13: a Reshape to the element's static shape with the axis
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in body.output[n + i].type.tensor_type.shape.dim]
+            if None in dims or not body.output[n + i].type.tensor_type.HasField("shape"):
+                return None
+            dims.insert(axis % (len(dims) + 1), 1)
+            nodes.append(const(a, dims))
+        stacked = []
+        for j, e in enumerate(order):
+            u = f"{prefix}_out{i}_{j}"
+            nodes.append(helper.make_node("Unsqueeze" if opset >= 13 else "Reshape", [e, a], [u]))
+            stacked.append(u)
+        nodes.append(helper.make_node("Concat", stacked, [result], axis=axis))
+    return nodes
