@@ -273,8 +273,9 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
                 loaded = _rewritten(loaded, rewrites.expand_function_ops(loaded.proto, wanted))
                 done |= wanted
                 continue
-            unrolled = rewrites.unroll_scans(loaded.proto) if any(op == "Scan" for op, _ in e.ops) else None
-            if unrolled is not None:  # torch-mlir has no Scan: one body per step
+            # torch-mlir has no Scan (and what reads a Scan's results has no shape): one body per step
+            unrolled = rewrites.unroll_scans(loaded.proto)
+            if unrolled is not None:
                 loaded = _rewritten(loaded, unrolled)
                 continue
             upgraded = None if upgraded_once else rewrites.upgrade_opset(loaded.proto)
