@@ -513,6 +513,44 @@ def test_fold_constants_evaluates_a_loop_whose_inputs_are_known():
 
 
 # ---------------------------------------------------------------------------------------
+# Old opsets, Scan
+
+
+def test_old_opset_forms_torch_mlir_lacks_are_converted_to_a_newer_opset():
+    """ReduceMin with axes as an attribute (opset 11; torch-mlir lowers the opset-18 form with
+    an axes input) and Unsqueeze-11: onnx's version converter rewrites the model to opset 21."""
+    from cuvil_mlir.compiler.pipeline import Options, compile_plain_iree
+
+    model = _model([helper.make_node("ReduceMin", ["x"], ["m"], axes=[1], keepdims=0),
+                    helper.make_node("Unsqueeze", ["m"], ["y"], axes=[0])], [("x", [3, 4])], [("y", [1, 3])], opset=11)
+    x = _rand(3, 4)
+    np.testing.assert_array_equal(np.asarray(cuvil_mlir.compile(model)(x)), x.min(axis=1)[None])
+    with pytest.raises(UnsupportedOnnxOp, match="ReduceMin"):
+        compile_plain_iree(model, (), Options(target="cpu"))
+
+
+@pytest.mark.parametrize("opset, reverse", [(9, 0), (17, 1)])
+def test_scan_with_a_static_length_is_unrolled(opset, reverse):
+    """Scan: a running sum over the rows of x (backward when the input direction says so),
+    its state and its outputs stacked along axis 1. torch-mlir has no Scan-9 lowering, and
+    lowers Scan-16+ as if axes were 0 and directions forward (wrong values): both unrolled."""
+    body = helper.make_graph([helper.make_node("Add", ["acc", "row"], ["acc_out"]),
+                              helper.make_node("Mul", ["acc_out", "row"], ["elem"])], "body",
+                             [_value("acc", [2]), _value("row", [2])], [_value("acc_out", [2]), _value("elem", [2])])
+    scan = helper.make_node("Scan", ["init", "x"], ["total", "stacked"], body=body, num_scan_inputs=1,
+                            scan_input_directions=[reverse], scan_output_axes=[1])
+    model = _model([scan], [("init", [2]), ("x", [4, 2])], [("total", [2]), ("stacked", [2, 4])], opset=opset)
+    init, x = _rand(2), _rand(4, 2)
+    got = cuvil_mlir.compile(model)(init, x)
+    acc, elems = init, []
+    for row in (x[::-1] if reverse else x):
+        acc = acc + row
+        elems.append(acc * row)
+    for g, r in zip(got, (acc, np.stack(elems, axis=1))):
+        np.testing.assert_allclose(np.asarray(g), r, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
 # The CLI
 
 

@@ -246,6 +246,9 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
         bound = {name: _host_array(given[name]) for name in rewrites.shape_operand_inputs(loaded.proto)}
         if bound:
             loaded = _rewritten(loaded, rewrites.bind_inputs(loaded.proto, bound))
+    if rewrites_allowed:  # torch-mlir lowers these Scans as if their axes were 0 and their directions forward
+        unrolled = rewrites.unroll_scans(loaded.proto, oriented_only=True)
+        loaded = _rewritten(loaded, unrolled) if unrolled is not None else loaded
     narrow_inputs, narrow_outputs = {}, {}
     if rewrites_allowed and rewrites.has_narrow_types(loaded.proto):
         proto, narrow_inputs, narrow_outputs = rewrites.carry_narrow_types(loaded.proto)

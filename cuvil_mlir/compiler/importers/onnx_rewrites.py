@@ -721,12 +721,14 @@ def upgrade_opset(proto):
 UNROLL_LIMIT = 64
 
 
-def unroll_scans(proto):
+def unroll_scans(proto, *, oriented_only: bool = False):
     """The model with each top-level ``Scan`` (opset 9+) whose scan length is static (up to
     ``UNROLL_LIMIT`` steps) replaced by its body once per step: scan inputs sliced along
     their axes (backward where their direction says so), state values threaded through the
-    copies, scan outputs stacked along their axes. torch-mlir's lowering has no Scan. None
-    when there is none to unroll (a body with subgraphs of its own is left as it is)."""
+    copies, scan outputs stacked along their axes. torch-mlir's lowering takes only some
+    Scans, and ignores their axes and directions. ``oriented_only``: only the Scans with a
+    non-default axis or direction. None when there is none to unroll (a body with subgraphs of
+    its own is left as it is)."""
     from onnx import helper
 
     if _opset(proto) < 9:
@@ -742,7 +744,9 @@ def unroll_scans(proto):
     out, changed = [], False
     opset = _opset(proto)
     for node in graph.node:
-        nodes = _unrolled(node, shapes, fresh, helper, opset) if node.op_type == "Scan" and node.domain in ("", "ai.onnx") else None
+        nodes = None
+        if node.op_type == "Scan" and node.domain in ("", "ai.onnx") and (not oriented_only or _oriented(node)):
+            nodes = _unrolled(node, shapes, fresh, helper, opset)
         if nodes is None:
             out.append(node)
             continue
@@ -756,6 +760,12 @@ def unroll_scans(proto):
     result.graph.node.extend(out)
     del result.graph.value_info[:]
     return result
+
+
+def _oriented(node) -> bool:
+    """A Scan with a scan axis other than 0 or a backward direction."""
+    return any(a.name in ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions")
+               and any(a.ints) for a in node.attribute)
 
 
 def _unrolled(node, shapes, fresh, helper, opset: int):
