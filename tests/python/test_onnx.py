@@ -529,6 +529,33 @@ def test_old_opset_forms_torch_mlir_lacks_are_converted_to_a_newer_opset():
         compile_plain_iree(model, (), Options(target="cpu"))
 
 
+_COMPUTED_SPLIT = """
+import numpy as np
+from onnx import TensorProto, helper
+import cuvil_mlir
+nodes = [helper.make_node("Shape", ["x"], ["n"], start=1, end=2), helper.make_node("Sub", ["n", "n"], ["zero"]),
+         helper.make_node("Concat", ["n", "zero"], ["sizes"], axis=0),
+         helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=1), helper.make_node("Neg", ["a"], ["y"])]
+graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+x = np.arange(16, dtype=np.float32).reshape(2, 8)
+np.testing.assert_array_equal(np.asarray(cuvil_mlir.compile(model)(x)), -x)
+print("ok")
+"""
+
+
+def test_split_with_computed_sizes_is_folded_before_the_import():
+    """Split whose sizes are computed ([8, 8 - 8] from Shape, as RotaryEmbedding's body does)
+    crashes torch-mlir's lowering (a segfault, in a subprocess here): the sizes are folded
+    to constants before the first import."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _COMPUTED_SPLIT], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
 @pytest.mark.parametrize("opset, reverse", [(9, 0), (17, 1)])
 def test_scan_with_a_static_length_is_unrolled(opset, reverse):
     """Scan: a running sum over the rows of x (backward when the input direction says so),

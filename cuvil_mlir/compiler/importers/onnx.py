@@ -249,6 +249,16 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
     if rewrites_allowed:  # torch-mlir lowers these Scans as if their axes were 0 and their directions forward
         unrolled = rewrites.unroll_scans(loaded.proto, oriented_only=True)
         loaded = _rewritten(loaded, unrolled) if unrolled is not None else loaded
+    done, folded, upgraded_once = set(), False, False
+    if rewrites_allowed:  # forms whose lowering crashes the process
+        expand, fold = rewrites.crashing_forms(loaded.proto)
+        expand = {op for op in expand if rewrites.has_function_body(loaded.proto, op)}
+        if expand:
+            loaded = _rewritten(loaded, rewrites.expand_function_ops(loaded.proto, expand))
+            done |= expand
+            fold = rewrites.crashing_forms(loaded.proto)[1]
+        changed = rewrites.fold_constants(loaded.proto) if fold else None
+        loaded = _rewritten(loaded, changed) if changed is not None else loaded
     narrow_inputs, narrow_outputs = {}, {}
     if rewrites_allowed and rewrites.has_narrow_types(loaded.proto):
         proto, narrow_inputs, narrow_outputs = rewrites.carry_narrow_types(loaded.proto)
@@ -258,7 +268,6 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
         carried["outputs"] = [narrow_outputs.get(name) for name in loaded.output_names]
         carried["bound"] = bound
         carried["names"] = names
-    done, folded, upgraded_once = set(), False, False
     for message in failed:
         loaded, expanded = _rewritten_for(loaded, message)
         done |= expanded

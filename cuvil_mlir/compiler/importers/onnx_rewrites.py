@@ -694,6 +694,24 @@ def bind_inputs(proto, values: dict):
     return result
 
 
+# --- forms that crash torch-mlir's lowering (a crash cannot be caught: rewritten before the import) ---
+
+def crashing_forms(proto) -> tuple[set[str], bool]:
+    """(function ops to expand, whether to fold constants) before the first import, for node
+    forms whose lowering crashes the process: ``RotaryEmbedding`` without ``position_ids``,
+    and ``Split`` with computed (non-constant) split sizes."""
+    constants = {t.name for t in proto.graph.initializer} | {o for n in proto.graph.node if n.op_type == "Constant" for o in n.output}
+    expand, fold = set(), False
+    for node in proto.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type == "RotaryEmbedding" and (len(node.input) < 4 or not node.input[3]):
+            expand.add("RotaryEmbedding")
+        if node.op_type == "Split" and len(node.input) > 1 and node.input[1] and node.input[1] not in constants:
+            fold = True
+    return expand, fold
+
+
 # --- old opsets: converted to a newer one ------------------------------------------------------------
 
 # the opset an old model is converted to where torch-mlir's lowering fails on it (many of its
