@@ -529,6 +529,21 @@ def test_old_opset_forms_torch_mlir_lacks_are_converted_to_a_newer_opset():
         compile_plain_iree(model, (), Options(target="cpu"))
 
 
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 1)])
+def test_cumprod_is_a_chain_of_products(exclusive, reverse):
+    """CumProd (torch-mlir has no lowering) with its runtime axis bound: the running product
+    of the slices along the axis (exclusive: shifted, starting at 1; reverse: from the end)."""
+    model = _model([helper.make_node("CumProd", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)],
+                   [("x", [3, 4]), ("axis", [], TensorProto.INT32)], [("y", [3, 4])], opset=26)
+    x, axis = _rand(3, 4), np.array(1, np.int32)
+    got = np.asarray(cuvil_mlir.compile(model, (x, axis))(x, axis))
+    v = x[:, ::-1] if reverse else x
+    ref = np.cumprod(v, axis=1)
+    if exclusive:
+        ref = np.concatenate([np.ones((3, 1), np.float32), ref[:, :-1]], axis=1)
+    np.testing.assert_allclose(got, ref[:, ::-1] if reverse else ref, rtol=1e-5, atol=1e-6)
+
+
 _COMPUTED_SPLIT = """
 import numpy as np
 from onnx import TensorProto, helper

@@ -290,6 +290,10 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
             if unrolled is not None:
                 loaded = _rewritten(loaded, unrolled)
                 continue
+            cumprods = rewrites.expand_cumprods(loaded.proto) if any(op == "CumProd" for op, _ in e.ops) else None
+            if cumprods is not None:  # torch-mlir has no CumProd: a chain of products
+                loaded = _rewritten(loaded, cumprods)
+                continue
             upgraded = None if upgraded_once else rewrites.upgrade_opset(loaded.proto)
             upgraded_once = True
             if upgraded is not None:  # an old opset: the newer forms torch-mlir lowers

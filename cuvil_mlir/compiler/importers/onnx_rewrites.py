@@ -862,3 +862,79 @@ def _unrolled(node, shapes, fresh, helper, opset: int):
             stacked.append(u)
         nodes.append(helper.make_node("Concat", stacked, [result], axis=axis))
     return nodes
+
+
+# --- CumProd along a static axis: a chain of products ----------------------------------------------------
+
+def expand_cumprods(proto):
+    """The model with each ``CumProd`` (torch-mlir has no lowering) whose axis is a constant
+    and whose length along it is static (up to ``UNROLL_LIMIT``) written as the running product
+    of its slices along that axis (``exclusive``: shifted by one, starting at 1; ``reverse``:
+    from the end), concatenated back; None when there is none."""
+    from onnx import helper, numpy_helper
+
+    graph = proto.graph
+    shapes, types = {}, {}
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.type.HasField("tensor_type"):
+            types[v.name] = v.type.tensor_type.elem_type
+            if v.type.tensor_type.HasField("shape"):
+                shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
+    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer if int(np.prod(t.dims)) <= 16}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            value = _constant_value(node)
+            if value is not None:
+                known[node.output[0]] = value
+    fresh = (f"cuvil_cumprod{i}" for i in itertools.count())
+    out, changed = [], False
+    for node in graph.node:
+        shape = shapes.get(node.input[0]) if node.op_type == "CumProd" else None
+        if shape is None or node.domain not in ("", "ai.onnx") or node.input[1] not in known or node.input[0] not in types:
+            out.append(node)
+            continue
+        axis = int(np.asarray(known[node.input[1]]).reshape(-1)[0]) % len(shape)
+        length = shape[axis]
+        if length is None or not 0 < length <= UNROLL_LIMIT:
+            out.append(node)
+            continue
+        attrs = {a.name: a.i for a in node.attribute}
+        prefix = next(fresh)
+        a = f"{prefix}_axis"
+        nodes = [helper.make_node("Constant", [], [a], value=helper.make_tensor(a, 7, [1], [axis]))]
+        slices = []
+        for i in range(length):
+            s, e, piece = f"{prefix}_s{i}", f"{prefix}_e{i}", f"{prefix}_x{i}"
+            nodes += [helper.make_node("Constant", [], [s], value=helper.make_tensor(s, 7, [1], [i])),
+                      helper.make_node("Constant", [], [e], value=helper.make_tensor(e, 7, [1], [i + 1])),
+                      helper.make_node("Slice", [node.input[0], s, e, a], [piece])]
+            slices.append(piece)
+        order = list(range(length))[::-1] if attrs.get("reverse") else list(range(length))
+        running, results = None, {}
+        if attrs.get("exclusive"):
+            one, ones = f"{prefix}_one", f"{prefix}_ones"
+            zero = f"{prefix}_zero"
+            nodes += [helper.make_node("Sub", [slices[order[0]], slices[order[0]]], [zero]),
+                      helper.make_node("Constant", [], [one], value=helper.make_tensor(one, types[node.input[0]], [], [1])),
+                      helper.make_node("Add", [zero, one], [ones])]
+            running = ones
+        for i in order:
+            if attrs.get("exclusive"):
+                results[i] = running
+            product = f"{prefix}_p{i}"
+            nodes.append(helper.make_node("Identity", [slices[i]], [product]) if running is None else
+                         helper.make_node("Mul", [running, slices[i]], [product]))
+            running = product
+            if not attrs.get("exclusive"):
+                results[i] = product
+        nodes.append(helper.make_node("Concat", [results[i] for i in range(length)], [node.output[0]], axis=axis))
+        out += nodes
+        changed = True
+    if not changed:
+        return None
+    result = type(proto)()
+    result.CopyFrom(proto)
+    del result.graph.node[:]
+    result.graph.node.extend(out)
+    del result.graph.value_info[:]
+    return result
