@@ -314,6 +314,20 @@ def test_context_dependent_function_with_an_absent_optional_input():
     _check_with_onnx_reference(model, _rand(b, h, q, d), _rand(b, h, kv, d), _rand(b, h, kv, d))
 
 
+def test_function_op_of_a_preview_domain_is_expanded():
+    """FlexAttention is a function of the ai.onnx.preview domain (torch-mlir has no lowering):
+    its body is found in the node's own domain."""
+    from onnx.reference import ReferenceEvaluator
+
+    graph = helper.make_graph([helper.make_node("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview")], "g",
+                              [_value("q", [1, 2, 3, 8]), _value("k", [1, 2, 4, 8]), _value("v", [1, 2, 4, 8])],
+                              [_value("y", [1, 2, 3, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)])
+    q, k, v = _rand(1, 2, 3, 8), _rand(1, 2, 4, 8), _rand(1, 2, 4, 8)
+    got = np.asarray(cuvil_mlir.compile(model)(q, k, v))
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"q": q, "k": k, "v": v})[0], rtol=1e-5, atol=1e-5)
+
+
 def test_loss_iree_cannot_compile_is_expanded_where_iree_failed():
     """NegativeLogLikelihoodLoss: torch-mlir lowers it to an op IREE cannot legalize; the
     model is imported again with the node IREE named expanded into its function body."""

@@ -39,11 +39,15 @@ def _short(e, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def has_function_body(proto, op_type: str, domain: str = "") -> bool:
+def has_function_body(proto, op_type: str, domain: str | None = None) -> bool:
     """Whether ONNX defines ``op_type`` as a function (plain or context-dependent) at the
-    opset ``proto`` imports for its domain."""
+    opset ``proto`` imports for its domain (None: the domain of the model's nodes of that
+    type, e.g. ``ai.onnx.preview`` for FlexAttention; else the default one)."""
     from onnx import defs
 
+    if domain is None:
+        domain = next((n.domain for n in proto.graph.node if n.op_type == op_type), "")
+    domain = "" if domain == "ai.onnx" else domain
     opset = _opset(proto, domain)
     try:
         schema = defs.get_schema(op_type, opset, domain)
@@ -54,8 +58,8 @@ def has_function_body(proto, op_type: str, domain: str = "") -> bool:
 
 
 def expand_function_ops(proto, op_types: set[str]):
-    """Every node of ``op_types`` (default domain, top-level graph) replaced by its ONNX
-    function body. Each node gets its own instance of the body (a context-dependent body
+    """Every node of ``op_types`` (of the top-level graph, in a domain where ONNX defines it
+    as a function) replaced by its ONNX function body. Each node gets its own instance of the body (a context-dependent body
     depends on the node's attributes and input types; an absent optional input has an empty
     type), as a model-local function that ``onnx.inliner`` inlines. Attributes the node
     leaves out get the schema's defaults first, as a body refers to them by name. The
@@ -70,21 +74,23 @@ def expand_function_ops(proto, op_types: set[str]):
     light.CopyFrom(proto)
     del light.graph.initializer[:]
     for i, node in enumerate(light.graph.node):
-        if node.domain not in ("", "ai.onnx") or node.op_type not in op_types:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if node.op_type not in op_types or not has_function_body(proto, node.op_type, domain):
             continue
-        schema = defs.get_schema(node.op_type, opset, "")
+        schema = defs.get_schema(node.op_type, _opset(proto, domain), domain)
+        domain_opset = _opset(proto, domain)
         given = {a.name for a in node.attribute}
         for name, attr in schema.attributes.items():
             if name not in given and attr.default_value.type:
                 node.attribute.append(attr.default_value)
         body = FunctionProto()
         try:
-            if any(v <= opset for v in schema.context_dependent_function_opset_versions):
+            if any(v <= domain_opset for v in schema.context_dependent_function_opset_versions):
                 input_types = [(types.get(x) if x else None) or TypeProto() for x in node.input]
                 body.ParseFromString(schema.get_context_dependent_function_with_opset_version(
-                    opset, node.SerializeToString(), [t.SerializeToString() for t in input_types]))
+                    domain_opset, node.SerializeToString(), [t.SerializeToString() for t in input_types]))
             else:
-                body.ParseFromString(schema.get_function_with_opset_version(opset))
+                body.ParseFromString(schema.get_function_with_opset_version(domain_opset))
         except Exception as e:
             raise ImportError_(f"ONNX op {node.op_type} (node '{node.name}') has no usable function body at opset "
                                f"{opset}: {type(e).__name__}: {_short(e)}") from e
