@@ -496,6 +496,29 @@ def test_runtime_slice_bounds_and_pads_are_bound():
     np.testing.assert_allclose(np.asarray(got), np.pad(x[1:5:2, 0:5:2], ((1, 0), (0, 2)), mode="edge"), rtol=1e-6)
 
 
+def test_compress_condition_is_bound_and_becomes_a_gather():
+    """Compress: its condition decides the result's shape (IREE cannot compile the dynamic
+    form); bound to its example value it is a Gather of the indices it selects."""
+    model = _model([helper.make_node("Compress", ["x", "c"], ["y"], axis=1)],
+                   [("x", [3, 4]), ("c", [4], TensorProto.BOOL)], [("y", [3, None])], opset=11)
+    x, c = _rand(3, 4), np.array([True, False, True, True])
+    compiled = cuvil_mlir.compile(model, (x, c))
+    np.testing.assert_array_equal(np.asarray(compiled(x, c)), x[:, c])
+    with pytest.raises(CuvilError, match="bound to"):
+        compiled(x, ~c)
+
+
+def test_training_dropout_with_ratio_zero_is_an_identity():
+    """Dropout in training mode with ratio 0 (both inputs bound): the input and an all-true mask."""
+    model = _model([helper.make_node("Dropout", ["x", "r", "t"], ["y", "m"])],
+                   [("x", [2, 3]), ("r", []), ("t", [], TensorProto.BOOL)], [("y", [2, 3]), ("m", [2, 3], TensorProto.BOOL)],
+                   opset=13)
+    args = (_rand(2, 3), np.array(0.0, np.float32), np.array(True))
+    y, m = cuvil_mlir.compile(model, args)(*args)
+    np.testing.assert_array_equal(np.asarray(y), args[0])
+    assert np.asarray(m).all()
+
+
 def test_shape_operand_inputs_are_those_used_only_as_shape_operands():
     from cuvil_mlir.compiler.importers.onnx_rewrites import shape_operand_inputs
 

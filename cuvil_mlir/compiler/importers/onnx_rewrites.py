@@ -153,6 +153,11 @@ def fold_constants(proto):
                 pending.extend(reversed(branch))
                 changed = True
                 continue
+        if node.op_type == "Compress" and node.input[1] in known and node.input[0] not in known:
+            # a known condition: a Gather of the indices it selects (the result's shape is static)
+            pending.extend(reversed(_compress_as_gather(node, np.asarray(known[node.input[1]]), next(fresh))))
+            changed = True
+            continue
         if node.op_type == "CastLike" and node.input[0] in known and types.get(node.input[1]):
             node = helper.make_node("Cast", [node.input[0]], list(node.output), name=node.name, to=types[node.input[1]],
                                     **{a.name: a.i for a in node.attribute if a.name in ("saturate", "round_mode")})
@@ -240,6 +245,23 @@ def _outer_references(node) -> list[str] | None:
             if not visit(g, set()):
                 return None
     return list(dict.fromkeys(outer))
+
+
+def _compress_as_gather(node, condition: np.ndarray, prefix: str) -> list:
+    from onnx import helper, numpy_helper
+
+    axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+    indices = np.nonzero(condition.reshape(-1))[0].astype(np.int64)
+    index_name = f"{prefix}_indices"
+    nodes = [helper.make_node("Constant", [], [index_name], value=numpy_helper.from_array(indices, index_name))]
+    data = node.input[0]
+    if axis is None:  # over the flattened input
+        flat, shape = f"{prefix}_flat", f"{prefix}_shape"
+        nodes += [helper.make_node("Constant", [], [shape], value=numpy_helper.from_array(np.array([-1], np.int64), shape)),
+                  helper.make_node("Reshape", [data, shape], [flat])]
+        data, axis = flat, 0
+    nodes.append(helper.make_node("Gather", [data, index_name], [node.output[0]], axis=axis))
+    return nodes
 
 
 def _constant_value(node):
@@ -645,6 +667,8 @@ SHAPE_OPERANDS = {
     "Resize": {1, 2, 3}, "Upsample": {1}, "CumSum": {1}, "CumProd": {1}, "Col2Im": {1, 2}, "AffineGrid": {1},
     "CenterCropPad": {1}, "Trilu": {1}, "NonMaxSuppression": {2, 3, 4}, "DFT": {1, 2}, "STFT": {1, 3},
     "BlackmanWindow": {0}, "HannWindow": {0}, "HammingWindow": {0}, "MelWeightMatrix": {0, 1, 2, 3, 4},
+    "Compress": {1},  # the condition decides the result's shape
+    "Dropout": {1, 2},  # ratio and training mode: whether it is an identity
     **{op: {1} for op in _REDUCTIONS},
 }
 # a shape operand holds a handful of numbers
