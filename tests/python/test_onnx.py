@@ -328,6 +328,19 @@ def test_function_op_of_a_preview_domain_is_expanded():
     np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"q": q, "k": k, "v": v})[0], rtol=1e-5, atol=1e-5)
 
 
+def test_bitcast_reinterprets_the_bits():
+    """BitCast (opset 26; torch-mlir has no lowering) becomes aten.view.dtype: float32 bits as
+    int32 and back, as numpy's view."""
+    model = _model([helper.make_node("BitCast", ["x"], ["i"], to=TensorProto.INT32),
+                    helper.make_node("Add", ["i", "one"], ["j"]),
+                    helper.make_node("BitCast", ["j"], ["y"], to=TensorProto.FLOAT)],
+                   [("x", [2, 3])], [("i", [2, 3], TensorProto.INT32), ("y", [2, 3])], {"one": np.array(1, np.int32)}, opset=26)
+    x = _rand(2, 3)
+    i, y = cuvil_mlir.compile(model)(x)
+    np.testing.assert_array_equal(np.asarray(i), x.view(np.int32))
+    np.testing.assert_array_equal(np.asarray(y), (x.view(np.int32) + 1).view(np.float32))
+
+
 def test_loss_iree_cannot_compile_is_expanded_where_iree_failed():
     """NegativeLogLikelihoodLoss: torch-mlir lowers it to an op IREE cannot legalize; the
     model is imported again with the node IREE named expanded into its function body."""

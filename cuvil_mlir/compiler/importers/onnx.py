@@ -275,7 +275,7 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
     while True:
         module = import_onnx_dialect(loaded, ctx, func_name=func_name)
         try:
-            lower_to_torch(module, loaded, kept_ops=kept_ops)
+            lower_to_torch(module, loaded, kept_ops=kept_ops, bitcasts=rewrites_allowed)
             return module
         except UnsupportedOnnxOp as e:
             if not rewrites_allowed:
@@ -389,8 +389,9 @@ def _name_nodes(proto) -> None:
             node.name = f"{node.op_type}_{i}"
 
 
-def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS) -> None:
-    """Steps 3 and 4: onnx.* operators -> aten ops -> the torch backend contract."""
+def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS, bitcasts: bool = False) -> None:
+    """Steps 3 and 4: onnx.* operators -> aten ops -> the torch backend contract.
+    ``bitcasts``: ``BitCast`` (which torch-mlir's lowering lacks) becomes ``aten.view.dtype``."""
     try:
         _run(module, "builtin.module(func.func(convert-torch-onnx-to-torch))", loaded)
     except ImportError_ as e:
@@ -402,6 +403,8 @@ def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS) -
         raise UnsupportedOnnxOp(
             f"torch-mlir's ONNX lowering cannot convert ONNX op {failed[0]} (node '{node}') in this form at opset "
             f"{_opset(loaded.proto)}: {e.message.split(': ', 1)[-1]}", ops=[(failed[0], node)]) from e.__cause__
+    if bitcasts:
+        _bitcasts_as_view_dtype(module)
     left = unconverted_ops(module)
     if left:
         opset = _opset(loaded.proto)
@@ -442,6 +445,39 @@ def _layer_norms_whole(module: ir.Module) -> int:
                 norm = ir.Operation.create("torch.aten.layer_norm", results=[o.results[0].type],
                                            operands=[*o.operands[:5], false])
             o.results[0].replace_all_uses_with(norm.result)
+            o.erase()
+    return len(found)
+
+
+def _bitcasts_as_view_dtype(module: ir.Module) -> int:
+    """``torch.operator "onnx.BitCast"`` between element types of one width ->
+    ``aten.view.dtype`` (a reinterpretation of the bits, which IREE compiles). Returns how
+    many were rewritten."""
+    from cuvil_mlir.core.tensor_types import TORCH_DTYPE_CODE, parse_vtensor
+
+    widths = {"f64": 64, "si64": 64, "f32": 32, "si32": 32, "f16": 16, "bf16": 16, "si16": 16, "si8": 8, "ui8": 8, "i1": 8}
+    found = []
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    o = inner.operation
+                    if o.name == "torch.operator" and ir.StringAttr(o.attributes["name"]).value == "onnx.BitCast":
+                        source, result = parse_vtensor(str(o.operands[0].type)), parse_vtensor(str(o.results[0].type))
+                        if (source and result and result.dtype in TORCH_DTYPE_CODE
+                                and widths.get(source.dtype) == widths.get(result.dtype) is not None):
+                            found.append((o, TORCH_DTYPE_CODE[result.dtype]))
+                    visit(o)
+
+    visit(module.operation)
+    with module.context:
+        for o, code in found:
+            with ir.InsertionPoint(o), o.location:
+                dtype = ir.Operation.create("torch.constant.int", results=[ir.Type.parse("!torch.int")],
+                                            attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), code)}).result
+                view = ir.Operation.create("torch.aten.view.dtype", results=[o.results[0].type], operands=[o.operands[0], dtype])
+            o.results[0].replace_all_uses_with(view.result)
             o.erase()
     return len(found)
 
