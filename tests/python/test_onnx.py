@@ -532,6 +532,27 @@ def test_training_dropout_with_ratio_zero_is_an_identity():
     assert np.asarray(m).all()
 
 
+@pytest.mark.parametrize("inverse, onesided", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_dft_is_matrix_products(inverse, onesided):
+    """DFT (torch-mlir: aten.fft_* IREE cannot compile, or nothing at opset 19) as constant
+    matrices of its real-linear map, computed in float64: numpy's FFT, real or complex input,
+    one-sided, inverse (the one-sided inverse a real signal of length 2 (n - 1))."""
+    n, parts = (6, 2) if inverse else (8, 1)
+    out_n = 2 * (n - 1) if inverse and onesided else n // 2 + 1 if onesided else n
+    model = _model([helper.make_node("DFT", ["x"], ["y"], axis=1, inverse=inverse, onesided=onesided)],
+                   [("x", [2, n, 3, parts])], [("y", [2, out_n, 3, 1 if inverse and onesided else 2])], opset=19)
+    x = _rand(2, n, 3, parts)
+    got = np.asarray(cuvil_mlir.compile(model)(x))
+    z = x[..., 0].astype(np.float64) + (1j * x[..., 1] if parts == 2 else 0)
+    if inverse:
+        ref = np.fft.irfft(z, axis=1)[..., None] if onesided else np.fft.ifft(z, axis=1)
+    else:
+        ref = np.fft.fft(z, axis=1)[:, : n // 2 + 1 if onesided else n]
+    if ref.dtype.kind == "c":
+        ref = np.stack([ref.real, ref.imag], axis=-1)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
 def test_shape_operand_inputs_are_those_used_only_as_shape_operands():
     from cuvil_mlir.compiler.importers.onnx_rewrites import shape_operand_inputs
 

@@ -290,6 +290,10 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
             if unrolled is not None:
                 loaded = _rewritten(loaded, unrolled)
                 continue
+            dfts = rewrites.dft_as_matmuls(loaded.proto) if any(op == "DFT" for op, _ in e.ops) else None
+            if dfts is not None:  # DFT as matrix products
+                loaded = _rewritten(loaded, dfts)
+                continue
             cumprods = rewrites.expand_cumprods(loaded.proto) if any(op == "CumProd" for op, _ in e.ops) else None
             if cumprods is not None:  # torch-mlir has no CumProd: a chain of products
                 loaded = _rewritten(loaded, cumprods)
@@ -340,6 +344,8 @@ def _rewritten_for(loaded: OnnxModel, failed: str) -> tuple[OnnxModel, set[str]]
     ops = {n.op_type for n in loaded.proto.graph.node
            if n.name in named and rewrites.has_function_body(loaded.proto, n.op_type)}
     changed = rewrites.static_reduction_axes(loaded.proto)
+    if any(n.op_type == "DFT" for n in loaded.proto.graph.node):  # IREE compiles no FFT
+        changed = rewrites.dft_as_matmuls(changed or loaded.proto) or changed
     if ops:
         changed = rewrites.expand_function_ops(changed or loaded.proto, ops)
         changed = _rewritten(loaded, changed).proto  # shapes of the expansion, for folding and axes

@@ -968,3 +968,133 @@ def expand_cumprods(proto):
     result.graph.node.extend(out)
     del result.graph.value_info[:]
     return result
+
+
+# --- DFT along a static axis: matrix products ---------------------------------------------------------------
+
+# a longer DFT stays a DFT (its matrices grow with the square of the length)
+DFT_LIMIT = 1024
+
+
+def dft_as_matmuls(proto):
+    """The model with each ``DFT`` whose signal length, ``dft_length`` and axis are known
+    written as matrix products: the transform is real-linear in the real and imaginary parts
+    of the signal, so each (input part, output part) pair is one constant matrix, computed
+    here by numpy's FFT of the basis signals exactly as ONNX defines the op (zero padding or
+    truncation to ``dft_length``, ``onesided``, ``inverse`` with its 1/n, the one-sided inverse
+    giving a real signal). torch-mlir lowers DFT to ``aten.fft_*``, which IREE cannot compile,
+    or not at all (opset 19). None when there is none."""
+    from onnx import helper, numpy_helper
+
+    graph = proto.graph
+    shapes, types = {}, {}
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.type.HasField("tensor_type"):
+            types[v.name] = v.type.tensor_type.elem_type
+            if v.type.tensor_type.HasField("shape"):
+                shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
+    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer if int(np.prod(t.dims)) <= 16}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            value = _constant_value(node)
+            if value is not None:
+                known[node.output[0]] = value
+    opset = _opset(proto)
+    fresh = (f"cuvil_dft{i}" for i in itertools.count())
+    out, changed = [], False
+    for node in graph.node:
+        nodes = _dft_nodes(node, shapes, types, known, opset, next(fresh)) if node.op_type == "DFT" else None
+        if nodes is None:
+            out.append(node)
+            continue
+        out += nodes
+        changed = True
+    if not changed:
+        return None
+    result = type(proto)()
+    result.CopyFrom(proto)
+    del result.graph.node[:]
+    result.graph.node.extend(out)
+    del result.graph.value_info[:]
+    return result
+
+
+def _dft_nodes(node, shapes, types, known, opset: int, prefix: str):
+    from onnx import helper, numpy_helper
+
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    x = node.input[0]
+    shape = shapes.get(x)
+    attrs = {a.name: a.i for a in node.attribute}
+    inputs = list(node.input) + [""] * (3 - len(node.input))
+    if opset >= 20:
+        if inputs[2] and inputs[2] not in known:
+            return None
+        axis = int(np.asarray(known[inputs[2]]).reshape(-1)[0]) if inputs[2] else -2
+    else:
+        axis = attrs.get("axis", 1)
+    if shape is None or None in shape or types.get(x) not in (1, 10, 11) or (inputs[1] and inputs[1] not in known):
+        return None
+    rank = len(shape)
+    axis %= rank
+    if axis == rank - 1 or shape[-1] not in (1, 2):
+        return None
+    inverse, onesided = bool(attrs.get("inverse", 0)), bool(attrs.get("onesided", 0))
+    n_in = shape[axis]
+    length = int(np.asarray(known[inputs[1]]).reshape(-1)[0]) if inputs[1] else \
+        2 * (n_in - 1) if inverse and onesided else n_in
+    if not 0 < length <= DFT_LIMIT or n_in > DFT_LIMIT:
+        return None
+
+    def transform(signal):
+        if inverse:
+            return np.fft.irfft(signal, n=length) if onesided else np.fft.ifft(signal, n=length)
+        result = np.fft.fft(signal, n=length)
+        return result[: length // 2 + 1] if onesided else result
+
+    parts_in, parts_out = shape[-1], 1 if inverse and onesided else 2
+    # computed in float64 (as numpy's FFT, onnx's reference, does), rounded to the input's type once
+    matrices = {}
+    for p in range(parts_in):
+        columns = []
+        for j in range(n_in):
+            basis = np.zeros(n_in, np.complex128)
+            basis[j] = 1 if p == 0 else 1j
+            columns.append(transform(basis))
+        response = np.stack(columns)  # [n_in, n_out]
+        matrices[p, 0] = np.real(response)
+        if parts_out == 2:
+            matrices[p, 1] = np.imag(response)
+    perm = [d for d in range(rank - 1) if d != axis] + [axis]
+    back = [perm.index(d) for d in range(rank - 1)]
+    nodes = []
+    parts = []
+    for p in range(parts_in):
+        index, part, wide, moved = f"{prefix}_i{p}", f"{prefix}_part{p}", f"{prefix}_f64_{p}", f"{prefix}_moved{p}"
+        nodes += [helper.make_node("Constant", [], [index], value=numpy_helper.from_array(np.array(p, np.int64), index)),
+                  helper.make_node("Gather", [x, index], [part], axis=rank - 1),
+                  helper.make_node("Cast", [part], [wide], to=11),
+                  helper.make_node("Transpose", [wide], [moved], perm=perm)]
+        parts.append(moved)
+    outputs = []
+    for q in range(parts_out):
+        total = None
+        for p in range(parts_in):
+            w, product = f"{prefix}_w{p}{q}", f"{prefix}_mm{p}{q}"
+            nodes += [helper.make_node("Constant", [], [w], value=numpy_helper.from_array(matrices[p, q], w)),
+                      helper.make_node("MatMul", [parts[p], w], [product])]
+            if total is not None:
+                summed = f"{prefix}_sum{p}{q}"
+                nodes.append(helper.make_node("Add", [total, product], [summed]))
+                product = summed
+            total = product
+        placed, narrow, axes, unsqueezed = f"{prefix}_back{q}", f"{prefix}_narrow{q}", f"{prefix}_axes{q}", f"{prefix}_out{q}"
+        nodes += [helper.make_node("Cast", [total], [narrow], to=types[x]),
+                  helper.make_node("Transpose", [narrow], [placed], perm=back),
+                  helper.make_node("Constant", [], [axes], value=numpy_helper.from_array(np.array([-1], np.int64), axes)),
+                  helper.make_node("Unsqueeze", [placed, axes], [unsqueezed])]
+        outputs.append(unsqueezed)
+    nodes.append(helper.make_node("Concat", outputs, [node.output[0]], axis=-1) if len(outputs) > 1 else
+                 helper.make_node("Identity", outputs, [node.output[0]]))
+    return nodes
