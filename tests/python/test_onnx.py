@@ -553,6 +553,33 @@ def test_dft_is_matrix_products(inverse, onesided):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("attrs, inputs", [
+    ({"mode": "linear", "antialias": 1}, {"scales": np.array([1, 1, 0.6, 0.6], np.float32)}),
+    ({"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}, {"scales": np.array([1, 1, 2, 2], np.float32)}),
+    ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize", "extrapolation_value": 10.0},
+     {"roi": np.array([0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7], np.float32), "sizes": np.array([1, 1, 3, 3], np.int64)}),
+    ({"mode": "nearest", "axes": [3, 2], "keep_aspect_ratio_policy": "not_larger"}, {"sizes": np.array([8, 7], np.int64)}),
+])
+def test_resize_forms_torch_mlir_lacks_are_their_linear_map(attrs, inputs):
+    """Resize forms torch-mlir's lowering rejects (antialias, cubic exclude_outside,
+    tf_crop_and_resize with extrapolation, axes with keep_aspect_ratio_policy): with their
+    parameters bound, a small one is the map onnx's reference computes (a MatMul plus the
+    extrapolated constant, or a Gather for nearest)."""
+    from onnx.reference import ReferenceEvaluator
+
+    names = ["x", "roi" if "roi" in inputs else "", "scales" if "scales" in inputs else "", "sizes" if "sizes" in inputs else ""]
+    while not names[-1]:
+        names.pop()
+    types = {"roi": TensorProto.FLOAT, "scales": TensorProto.FLOAT, "sizes": TensorProto.INT64}
+    model = _model([helper.make_node("Resize", names, ["y"], **attrs)],
+                   [("x", [1, 2, 4, 4])] + [(k, list(v.shape), types[k]) for k, v in inputs.items()], [("y", [None] * 4)], opset=19)
+    x = _rand(1, 2, 4, 4)
+    args = (x, *inputs.values())
+    got = np.asarray(cuvil_mlir.compile(model, args)(*args))
+    ref = ReferenceEvaluator(model).run(None, {"x": x, **inputs})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_shape_operand_inputs_are_those_used_only_as_shape_operands():
     from cuvil_mlir.compiler.importers.onnx_rewrites import shape_operand_inputs
 

@@ -290,6 +290,10 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
             if unrolled is not None:
                 loaded = _rewritten(loaded, unrolled)
                 continue
+            resizes = rewrites.resize_as_linear_maps(loaded.proto) if any(op == "Resize" for op, _ in e.ops) else None
+            if resizes is not None:  # small Resize forms torch-mlir lacks: their linear maps
+                loaded = _rewritten(loaded, resizes)
+                continue
             dfts = rewrites.dft_as_matmuls(loaded.proto) if any(op == "DFT" for op, _ in e.ops) else None
             if dfts is not None:  # DFT as matrix products
                 loaded = _rewritten(loaded, dfts)

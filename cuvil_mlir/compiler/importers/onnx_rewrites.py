@@ -1098,3 +1098,134 @@ def _dft_nodes(node, shapes, types, known, opset: int, prefix: str):
     nodes.append(helper.make_node("Concat", outputs, [node.output[0]], axis=-1) if len(outputs) > 1 else
                  helper.make_node("Identity", outputs, [node.output[0]]))
     return nodes
+
+
+# --- small Resize forms torch-mlir lacks: their linear map ----------------------------------------------
+
+# the largest input (elements) and map (input x output elements) a Resize is written out for
+RESIZE_MAP_INPUT_LIMIT = 4096
+RESIZE_MAP_LIMIT = 1 << 22
+
+
+def resize_as_linear_maps(proto):
+    """The model with each ``Resize`` of a small static float input (up to
+    ``RESIZE_MAP_INPUT_LIMIT`` elements) whose ``roi`` / ``scales`` / ``sizes`` are known
+    written as the map it computes, evaluated here by onnx's reference on the basis inputs
+    (so every form ONNX defines is covered: antialias, keep_aspect_ratio_policy, axes,
+    tf_crop_and_resize with its extrapolation value, cubic with exclude_outside, every
+    coordinate transformation and nearest mode): ``nearest`` as a Gather of the source
+    element of each output, the interpolating modes as a MatMul by the weight matrix plus the
+    extrapolated constant. torch-mlir's lowering covers only some Resize forms. None when
+    there is none."""
+    from onnx import helper, numpy_helper
+
+    graph = proto.graph
+    shapes, types = {}, {}
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.type.HasField("tensor_type"):
+            types[v.name] = v.type.tensor_type.elem_type
+            if v.type.tensor_type.HasField("shape"):
+                shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
+    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer if int(np.prod(t.dims)) <= 64}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            value = _constant_value(node)
+            if value is not None:
+                known[node.output[0]] = value
+    opset = _opset(proto)
+    fresh = (f"cuvil_resize{i}" for i in itertools.count())
+    out, changed = [], False
+    for node in graph.node:
+        nodes = _resize_nodes(node, shapes, types, known, opset, next(fresh)) if node.op_type == "Resize" else None
+        if nodes is None:
+            out.append(node)
+            continue
+        out += nodes
+        changed = True
+    if not changed:
+        return None
+    result = type(proto)()
+    result.CopyFrom(proto)
+    del result.graph.node[:]
+    result.graph.node.extend(out)
+    del result.graph.value_info[:]
+    return result
+
+
+def _resize_nodes(node, shapes, types, known, opset: int, prefix: str):
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    x = node.input[0]
+    shape = shapes.get(x)
+    if (node.domain not in ("", "ai.onnx") or shape is None or None in shape or types.get(x) not in (1, 10, 11)
+            or any(name and name not in known for name in node.input[1:])):
+        return None
+    size = int(np.prod(shape))
+    if not 0 < size <= RESIZE_MAP_INPUT_LIMIT:
+        return None
+    dtype = {1: np.float32, 10: np.float16, 11: np.float64}[types[x]]
+    params = {name: known[name] for name in node.input[1:] if name}
+    one = type(node)()
+    one.CopyFrom(node)
+    evaluator = ReferenceEvaluator(one, opsets={"": opset})
+
+    def run(data, extrapolation=None):
+        if extrapolation is not None:
+            for a in one.attribute:
+                if a.name == "extrapolation_value":
+                    a.f = extrapolation
+        try:
+            return np.asarray(evaluator.run(None, {x: data.astype(dtype), **params})[0], np.float64)
+        except Exception:  # noqa: BLE001  (a form the reference rejects: torch-mlir's error stands)
+            return None
+
+    zero = run(np.zeros(shape))
+    if zero is None or zero.size * size > RESIZE_MAP_LIMIT:
+        return None
+    out_shape = zero.shape
+    mode = next((a.s.decode() for a in node.attribute if a.name == "mode"), "nearest")
+    flat, flat_shape, result = f"{prefix}_flat", f"{prefix}_flat_shape", f"{prefix}_result"
+    target = f"{prefix}_shape"
+    nodes = [helper.make_node("Constant", [], [flat_shape], value=numpy_helper.from_array(np.array([size], np.int64), flat_shape)),
+             helper.make_node("Reshape", [x, flat_shape], [flat])]
+    if mode == "nearest":  # each output is one input element (or the extrapolation value)
+        ramp = np.arange(1, size + 1, dtype=np.float64).reshape(shape)
+        picked = run(ramp, extrapolation=0.0)
+        if picked is None or not np.array_equal(picked, np.round(picked)):
+            return None
+        source = picked.reshape(-1).astype(np.int64) - 1
+        outside = source < 0
+        indices = f"{prefix}_indices"
+        nodes += [helper.make_node("Constant", [], [indices], value=numpy_helper.from_array(np.maximum(source, 0), indices)),
+                  helper.make_node("Gather", [flat, indices], [result])]
+        if outside.any():
+            mask, fill, chosen = f"{prefix}_outside", f"{prefix}_fill", f"{prefix}_chosen"
+            nodes[-1].output[0] = chosen
+            nodes += [helper.make_node("Constant", [], [mask], value=numpy_helper.from_array(outside, mask)),
+                      helper.make_node("Constant", [], [fill], value=numpy_helper.from_array(zero.reshape(-1).astype(dtype), fill)),
+                      helper.make_node("Where", [mask, fill, chosen], [result])]
+    else:
+        weights = np.empty((size, zero.size))
+        basis = np.zeros(size)
+        for j in range(size):
+            basis[j] = 1.0
+            response = run(basis.reshape(shape))
+            basis[j] = 0.0
+            if response is None:
+                return None
+            weights[j] = (response - zero).reshape(-1)
+        row, w, b, product = f"{prefix}_row", f"{prefix}_weights", f"{prefix}_bias", f"{prefix}_product"
+        row_shape = f"{prefix}_row_shape"
+        nodes += [helper.make_node("Constant", [], [row_shape], value=numpy_helper.from_array(np.array([1, size], np.int64), row_shape)),
+                  helper.make_node("Reshape", [flat, row_shape], [row]),
+                  helper.make_node("Constant", [], [w], value=numpy_helper.from_array(weights.astype(dtype), w)),
+                  helper.make_node("MatMul", [row, w], [product])]
+        if np.any(zero):  # extrapolated outputs (tf_crop_and_resize): the constant they take
+            nodes += [helper.make_node("Constant", [], [b], value=numpy_helper.from_array(zero.reshape(1, -1).astype(dtype), b)),
+                      helper.make_node("Add", [product, b], [result])]
+        else:
+            nodes[-1].output[0] = result
+    nodes += [helper.make_node("Constant", [], [target], value=numpy_helper.from_array(np.array(out_shape, np.int64), target)),
+              helper.make_node("Reshape", [result, target], [node.output[0]])]
+    return nodes
