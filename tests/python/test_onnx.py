@@ -341,6 +341,38 @@ def test_bitcast_reinterprets_the_bits():
     np.testing.assert_array_equal(np.asarray(y), (x.view(np.int32) + 1).view(np.float32))
 
 
+@pytest.mark.parametrize("op, attrs, groups", [
+    ("Adam", {"alpha": 0.95, "beta": 0.85, "epsilon": 0.01, "norm_coefficient": 0.001}, 4),
+    ("Adagrad", {"decay_factor": 0.1, "epsilon": 1e-5, "norm_coefficient": 0.001}, 3),
+    ("Momentum", {"alpha": 0.95, "beta": 0.1, "mode": "nesterov", "norm_coefficient": 0.001}, 3),
+])
+def test_optimizer_ops_are_written_out(op, attrs, groups):
+    """The training domain's optimizers (a model without a default-domain opset; torch-mlir
+    has no lowering): their formulas in default-domain ops, two tensors at once, as onnx's
+    reference computes them."""
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"{k}{i}" for k in "XGVH"[:groups] for i in (1, 2)]
+    outs = [f"{k}{i}_new" for k in ("X", "V", "H")[:groups - 1] for i in (1, 2)]
+    graph = helper.make_graph([helper.make_node(op, ["R", "T", *names], outs, domain="ai.onnx.preview.training", **attrs)], "g",
+                              [_value("R", []), _value("T", [], TensorProto.INT64)] + [_value(n, [3]) for n in names],
+                              [_value(n, [3]) for n in outs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.preview.training", 1)])
+    feeds = {"R": np.array(0.1, np.float32), "T": np.array(3, np.int64), **{n: np.abs(_rand(3)) for n in names}}
+    got = cuvil_mlir.compile(model)(*feeds.values())
+    for g, r in zip(got, ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_allclose(np.asarray(g), r, rtol=1e-5, atol=1e-6)
+
+
+def test_ml_binarizer_and_array_feature_extractor_are_written_out():
+    graph = helper.make_graph([helper.make_node("Binarizer", ["x"], ["b"], domain="ai.onnx.ml", threshold=0.5),
+                               helper.make_node("ArrayFeatureExtractor", ["b", "i"], ["y"], domain="ai.onnx.ml")], "g",
+                              [_value("x", [3, 4]), _value("i", [2], TensorProto.INT64)], [_value("y", [3, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 3)])
+    x, i = _rand(3, 4), np.array([3, 1], np.int64)
+    np.testing.assert_array_equal(np.asarray(cuvil_mlir.compile(model)(x, i)), (x > 0.5).astype(np.float32)[:, [3, 1]])
+
+
 def test_loss_iree_cannot_compile_is_expanded_where_iree_failed():
     """NegativeLogLikelihoodLoss: torch-mlir lowers it to an op IREE cannot legalize; the
     model is imported again with the node IREE named expanded into its function body."""

@@ -250,6 +250,9 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
         unrolled = rewrites.unroll_scans(loaded.proto, oriented_only=True)
         loaded = _rewritten(loaded, unrolled) if unrolled is not None else loaded
     done, folded, upgraded_once = set(), False, False
+    defaulted = rewrites.with_default_opset(loaded.proto) if rewrites_allowed else None
+    if defaulted is not None:  # torch-mlir's lowering needs a default-domain opset
+        loaded = _rewritten(loaded, defaulted)
     if rewrites_allowed:  # forms whose lowering crashes the process
         expand, fold = rewrites.crashing_forms(loaded.proto)
         expand = {op for op in expand if rewrites.has_function_body(loaded.proto, op)}
@@ -289,6 +292,10 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
             unrolled = rewrites.unroll_scans(loaded.proto)
             if unrolled is not None:
                 loaded = _rewritten(loaded, unrolled)
+                continue
+            written = rewrites.write_out_ops(loaded.proto, {op for op, _ in e.ops})
+            if written is not None:  # optimizer and ML ops: their formulas in default-domain ops
+                loaded = _rewritten(loaded, written)
                 continue
             resizes = rewrites.resize_as_linear_maps(loaded.proto) if any(op == "Resize" for op, _ in e.ops) else None
             if resizes is not None:  # small Resize forms torch-mlir lacks: their linear maps

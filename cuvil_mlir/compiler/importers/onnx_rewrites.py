@@ -1229,3 +1229,128 @@ def _resize_nodes(node, shapes, types, known, opset: int, prefix: str):
     nodes += [helper.make_node("Constant", [], [target], value=numpy_helper.from_array(np.array(out_shape, np.int64), target)),
               helper.make_node("Reshape", [result, target], [node.output[0]])]
     return nodes
+
+
+# --- training and ML ops torch-mlir lacks, written out -------------------------------------------------------
+
+TRAINING_DOMAIN, ML_DOMAIN = "ai.onnx.preview.training", "ai.onnx.ml"
+WRITTEN_OUT = {(TRAINING_DOMAIN, "Adagrad"), (TRAINING_DOMAIN, "Adam"), (TRAINING_DOMAIN, "Momentum"),
+               (ML_DOMAIN, "Binarizer"), (ML_DOMAIN, "ArrayFeatureExtractor")}
+
+
+def with_default_opset(proto):
+    """A model that imports no default-domain opset (only ai.onnx.ml or the training
+    domain: torch-mlir's importer then records no opset and its lowering stops) with one
+    (``UPGRADE_OPSET``: it holds no default-domain node, so nothing changes meaning); None
+    when it has one."""
+    from onnx import helper
+
+    if any(o.domain in ("", "ai.onnx") for o in proto.opset_import):
+        return None
+    result = type(proto)()
+    result.CopyFrom(proto)
+    result.opset_import.append(helper.make_opsetid("", UPGRADE_OPSET))
+    return result
+
+
+def write_out_ops(proto, op_types: set[str]):
+    """The model with the optimizer ops of ``ai.onnx.preview.training`` (Adagrad, Adam,
+    Momentum, single- and multi-tensor) and ``ai.onnx.ml``'s Binarizer and
+    ArrayFeatureExtractor among ``op_types`` written as the default-domain ops of their
+    definitions (the formulas of onnx's reference); None when there is none."""
+    from onnx import defs, helper
+
+    fresh = (f"cuvil_out{i}" for i in itertools.count())
+    out, changed = [], False
+    for node in proto.graph.node:
+        if (node.domain, node.op_type) not in WRITTEN_OUT or node.op_type not in op_types:
+            out.append(node)
+            continue
+        schema = defs.get_schema(node.op_type, _opset(proto, node.domain), node.domain)
+        attrs = {name: helper.get_attribute_value(a.default_value) for name, a in schema.attributes.items() if a.default_value.type}
+        attrs.update({a.name: helper.get_attribute_value(a) for a in node.attribute})
+        out += _written_out(node, attrs, _Emitter(next(fresh)))
+        changed = True
+    if not changed:
+        return None
+    result = type(proto)()
+    result.CopyFrom(proto)
+    del result.graph.node[:]
+    result.graph.node.extend(out)
+    del result.graph.value_info[:]
+    return result
+
+
+class _Emitter:
+    """Builds default-domain nodes with fresh value names."""
+
+    def __init__(self, prefix: str):
+        self.prefix, self.count, self.nodes = prefix, 0, []
+
+    def __call__(self, op: str, *inputs: str, out: str | None = None, **attrs) -> str:
+        from onnx import helper
+
+        self.count += 1
+        name = out or f"{self.prefix}_{self.count}"
+        self.nodes.append(helper.make_node(op, list(inputs), [name], **attrs))
+        return name
+
+    def const(self, value: float) -> str:
+        from onnx import helper
+
+        self.count += 1
+        name = f"{self.prefix}_c{self.count}"
+        self.nodes.append(helper.make_node("Constant", [], [name], value=helper.make_tensor(name, 1, [], [float(value)])))
+        return name
+
+
+def _written_out(node, attrs: dict, e: _Emitter) -> list:
+    op, ins, outs = node.op_type, list(node.input), list(node.output)
+    if op == "Binarizer":
+        zero = e("Sub", ins[0], ins[0])
+        one = e("Add", zero, e("CastLike", e.const(1.0), ins[0]))
+        e("Where", e("Greater", ins[0], e("CastLike", e.const(attrs.get("threshold", 0.0)), ins[0])), one, zero, out=outs[0])
+        return e.nodes
+    if op == "ArrayFeatureExtractor":
+        flat = e("Reshape", ins[1], e("Constant", value=_i64([-1])))
+        e("Gather", ins[0], flat, axis=-1, out=outs[0])
+        return e.nodes
+    r, t = ins[0], e("Cast", ins[1], to=1)
+    groups = {"Adagrad": 3, "Adam": 4, "Momentum": 3}[op]
+    n = (len(ins) - 2) // groups
+    positive = e("Greater", t, e.const(0.0))
+    for i in range(n):
+        x, g, *state = (ins[2 + k * n + i] for k in range(groups))
+        g_reg = e("Add", e("Mul", e.const(attrs["norm_coefficient"]), x), g)
+        if op == "Adagrad":
+            (h,) = state
+            rate = e("Div", r, e("Add", e.const(1.0), e("Mul", t, e.const(attrs["decay_factor"]))))
+            h_new = e("Add", h, e("Mul", g_reg, g_reg), out=outs[n + i])
+            root = e("Add", e("Sqrt", h_new), e.const(attrs["epsilon"]))
+            e("Sub", x, e("Div", e("Mul", rate, g_reg), root), out=outs[i])
+        elif op == "Adam":
+            v, h = state
+            alpha, beta = attrs["alpha"], attrs["beta"]
+            v_new = e("Add", e("Mul", e.const(alpha), v), e("Mul", e.const(1 - alpha), g_reg), out=outs[n + i])
+            h_new = e("Add", e("Mul", e.const(beta), h), e("Mul", e.const(1 - beta), e("Mul", g_reg, g_reg)), out=outs[2 * n + i])
+            root = e("Add", e("Sqrt", h_new), e.const(attrs["epsilon"]))
+            corrected = e("Div", e("Mul", r, e("Sqrt", e("Sub", e.const(1.0), e("Pow", e.const(beta), t)))),
+                          e("Sub", e.const(1.0), e("Pow", e.const(alpha), t)))
+            rate = e("Where", positive, corrected, r)
+            moved = e("Sub", x, e("Mul", rate, e("Div", v_new, root)))
+            e("Mul", e.const(1 - attrs["norm_coefficient_post"]), moved, out=outs[i])
+        else:
+            (v,) = state
+            alpha = attrs["alpha"]
+            beta = e("Where", positive, e.const(attrs["beta"]), e.const(1.0))
+            v_new = e("Add", e("Mul", e.const(alpha), v), e("Mul", beta, g_reg), out=outs[n + i])
+            mode = attrs["mode"].decode() if isinstance(attrs["mode"], bytes) else attrs["mode"]
+            step = v_new if mode == "standard" else e("Add", g_reg, e("Mul", e.const(alpha), v_new))
+            e("Sub", x, e("Mul", r, step), out=outs[i])
+    return e.nodes
+
+
+def _i64(values) -> object:
+    from onnx import helper
+
+    return helper.make_tensor("value", 7, [len(values)], values)
