@@ -612,6 +612,20 @@ def test_resize_forms_torch_mlir_lacks_are_their_linear_map(attrs, inputs):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
+def test_optional_tensor_input_is_taken_as_a_tensor():
+    """An optional-tensor input (the signature takes tensors): a call passes the tensor;
+    OptionalHasElement is true, OptionalGetElement the tensor."""
+    optional = helper.make_value_info("o", helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [4])))
+    graph = helper.make_graph([helper.make_node("OptionalHasElement", ["o"], ["has"]),
+                               helper.make_node("OptionalGetElement", ["o"], ["t"]), helper.make_node("Neg", ["t"], ["y"])],
+                              "g", [optional], [_value("has", [], TensorProto.BOOL), _value("y", [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = _rand(4)
+    has, y = cuvil_mlir.compile(model)(x)
+    assert bool(np.asarray(has)) is True
+    np.testing.assert_array_equal(np.asarray(y), -x)
+
+
 def test_shape_operand_inputs_are_those_used_only_as_shape_operands():
     from cuvil_mlir.compiler.importers.onnx_rewrites import shape_operand_inputs
 

@@ -250,9 +250,10 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
         unrolled = rewrites.unroll_scans(loaded.proto, oriented_only=True)
         loaded = _rewritten(loaded, unrolled) if unrolled is not None else loaded
     done, folded, upgraded_once = set(), False, False
-    defaulted = rewrites.with_default_opset(loaded.proto) if rewrites_allowed else None
-    if defaulted is not None:  # torch-mlir's lowering needs a default-domain opset
-        loaded = _rewritten(loaded, defaulted)
+    for rewrite in (rewrites.with_default_opset, rewrites.optional_inputs_as_tensors) if rewrites_allowed else ():
+        # a default-domain opset (torch-mlir's lowering needs one); optional tensor inputs as tensors
+        changed = rewrite(loaded.proto)
+        loaded = _rewritten(loaded, changed) if changed is not None else loaded
     if rewrites_allowed:  # forms whose lowering crashes the process
         expand, fold = rewrites.crashing_forms(loaded.proto)
         expand = {op for op in expand if rewrites.has_function_body(loaded.proto, op)}

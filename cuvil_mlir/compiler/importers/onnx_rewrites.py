@@ -1354,3 +1354,36 @@ def _i64(values) -> object:
     from onnx import helper
 
     return helper.make_tensor("value", 7, [len(values)], values)
+
+
+# --- optional tensor inputs: tensors ------------------------------------------------------------------------
+
+def optional_inputs_as_tensors(proto):
+    """The model with each graph input of optional-tensor type taken as a tensor (a call
+    passes one: the compiled function's arguments are tensors), its ``OptionalHasElement``
+    true and its ``OptionalGetElement`` the tensor; None when there is none."""
+    from onnx import helper
+
+    optional = {v.name for v in proto.graph.input
+                if v.type.HasField("optional_type") and v.type.optional_type.elem_type.HasField("tensor_type")}
+    if not optional:
+        return None
+    result = type(proto)()
+    result.CopyFrom(proto)
+    for v in result.graph.input:
+        if v.name in optional:
+            tensor = type(v.type.optional_type.elem_type)()
+            tensor.CopyFrom(v.type.optional_type.elem_type)
+            v.type.CopyFrom(tensor)
+    nodes = []
+    for node in result.graph.node:
+        if node.op_type == "OptionalHasElement" and node.input and node.input[0] in optional:
+            nodes.append(helper.make_node("Constant", [], [node.output[0]], name=node.name,
+                                          value=helper.make_tensor(node.output[0], 9, [], [True])))
+        elif node.op_type == "OptionalGetElement" and node.input[0] in optional:
+            nodes.append(helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name))
+        else:
+            nodes.append(node)
+    del result.graph.node[:]
+    result.graph.node.extend(nodes)
+    return result
