@@ -101,11 +101,15 @@ class CuvilRep:
             from cuvil_mlir.compiler.pipeline import Options
 
             values = shape_operand_values(self.model, inputs)
+            values.update({f"{i} len": np.array([len(x)]) for i, x in enumerate(inputs) if isinstance(x, list)})
             if self.compiled is None or not _same_values(values, self.bound_values):
                 self.compiled, self.bound_values = self.compile(self.model, tuple(inputs), Options(target="cpu")), values
         out = self.compiled(*inputs)
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        return [np.asarray(o) for o in outs]
+        outs = out if isinstance(out, tuple) or (isinstance(out, list) and len(self.model_outputs()) > 1) else (out,)
+        return [o if isinstance(o, list) else np.asarray(o) for o in outs]
+
+    def model_outputs(self):
+        return self.compiled.boundary.out_tree.get("children", []) if self.compiled.boundary.out_tree.get("type") == "tuple" else [0]
 
 
 def _same_values(a: dict, b: dict | None) -> bool:
@@ -128,9 +132,9 @@ class CuvilBackend:
     def prepare(cls, model, device: str = "CPU", **kwargs) -> CuvilRep:
         from cuvil_mlir.compiler.pipeline import Options, compile_plain_iree, compile_program
 
-        from cuvil_mlir.compiler.importers.onnx import shape_operand_inputs
+        from cuvil_mlir.compiler.importers.onnx import sequence_inputs, shape_operand_inputs
 
-        if not cls.plain and shape_operand_inputs(model):  # compiled at the first run, with their values
+        if not cls.plain and (shape_operand_inputs(model) or sequence_inputs(model)):  # compiled at the first run
             return CuvilRep(model=model, compile=compile_program)
         compile = compile_plain_iree if cls.plain else compile_program
         return CuvilRep(compile(model, (), Options(target="cpu")))
@@ -182,13 +186,16 @@ def _as_arrays(values) -> list:
 
     # TensorProtos carry dtypes numpy lacks (float8, int4, ...): ml_dtypes arrays
     return [np.asarray(v) if isinstance(v, np.generic) else
-            numpy_helper.to_array(v) if type(v).__name__ == "TensorProto" else v for v in values]
+            numpy_helper.to_array(v) if type(v).__name__ == "TensorProto" else
+            _as_arrays(v) if isinstance(v, list) else v for v in values]
 
 
 def _inputs_supported(inputs) -> str | None:
     import numpy as np
 
     for i, x in enumerate(inputs):
+        if isinstance(x, list) and all(isinstance(e, np.ndarray) and e.dtype.kind not in "OUS" for e in x):
+            continue  # a sequence: compiled for its length
         if not isinstance(x, np.ndarray):
             what = "a TensorProto (a dtype numpy has no type for)" if type(x).__name__ == "TensorProto" else \
                 f"a {type(x).__name__} (sequence/optional)"
@@ -204,6 +211,13 @@ def _compare(outputs, expected, rtol, atol) -> str | None:
     if len(outputs) != len(expected):
         return f"expected {len(expected)} outputs, got {len(outputs)}"
     for i, (got, ref) in enumerate(zip(outputs, expected)):
+        if isinstance(ref, list):  # a sequence
+            if not isinstance(got, list) or len(got) != len(ref):
+                return f"output {i}: expected a sequence of {len(ref)}, got {type(got).__name__}"
+            bad = _compare([np.asarray(g) for g in got], ref, rtol, atol)
+            if bad:
+                return f"output {i}: {bad}"
+            continue
         if not isinstance(ref, np.ndarray):
             return f"output {i} is a {type(ref).__name__} (sequence/optional)"
         if got.dtype != ref.dtype and not (ref.dtype == np.bool_ and got.dtype == np.bool_):

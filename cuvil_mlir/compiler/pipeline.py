@@ -245,17 +245,30 @@ def _onnx_prepared(module, carried: dict) -> boundary.Prepared:
     (shape operands) checked at each call, float8 / int4 / ... inputs and outputs converted
     from and to the wider types the function carries them in."""
     signature = signature_of(module)
-    dtypes = iter(carried["inputs"])
-    inputs, arg = [], 0
+    args = {name: i for i, name in enumerate(carried["args"])}
+    results = {name: i for i, name in enumerate(carried["results"])}
+    dtypes = carried["dtypes"]
+    inputs, in_specs = [], []
     for name in carried["names"]:
         if name in carried["bound"]:
             value = carried["bound"][name]
             inputs.append(boundary.Leaf("constant", -1, value.tolist(), dtype=str(value.dtype)))
+            in_specs.append(dict(boundary.LEAF))
+        elif name in carried["groups_in"]:  # a sequence: a list of tensors
+            inputs += [boundary.Leaf("tensor", args[element]) for element in carried["groups_in"][name]]
+            in_specs.append({"type": "list", "children": [dict(boundary.LEAF)] * len(carried["groups_in"][name])})
         else:
-            inputs.append(boundary.Leaf("tensor", arg, dtype=next(dtypes)))
-            arg += 1
-    outputs = [boundary.Leaf("tensor", i, dtype=d) for i, d in enumerate(carried["outputs"])]
-    return boundary.Prepared.positional(signature, boundary.Boundary.positional(inputs, outputs))
+            inputs.append(boundary.Leaf("tensor", args[name], dtype=dtypes.get(name)))
+            in_specs.append(dict(boundary.LEAF))
+    outputs, out_specs = [], []
+    for name in carried["outputs"]:
+        if name in carried["groups_out"]:
+            outputs += [boundary.Leaf("tensor", results[element]) for element in carried["groups_out"][name]]
+            out_specs.append({"type": "list", "children": [dict(boundary.LEAF)] * len(carried["groups_out"][name])})
+        else:
+            outputs.append(boundary.Leaf("tensor", results[name], dtype=dtypes.get(name)))
+            out_specs.append(dict(boundary.LEAF))
+    return boundary.Prepared.positional(signature, boundary.Boundary.positional(inputs, outputs, in_specs, out_specs))
 
 
 def _compiled(built, metadata: dict, prepared, parameters=None) -> CompiledModel:

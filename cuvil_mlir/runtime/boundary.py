@@ -279,11 +279,15 @@ class Boundary:
                               [Leaf("tensor", i) for i in range(len(signature.outputs))])
 
     @classmethod
-    def positional(cls, inputs: list[Leaf], outputs: list[Leaf]) -> "Boundary":
-        """Positional inputs (``inputs``, one leaf each), the results as one value or a tuple."""
-        in_tree = {"type": "tuple", "children": [{"type": "tuple", "children": [dict(LEAF)] * len(inputs)},
+    def positional(cls, inputs: list[Leaf], outputs: list[Leaf], in_specs=None, out_specs=None) -> "Boundary":
+        """Positional inputs, the results as one value or a tuple: ``in_specs`` / ``out_specs``
+        the JSON spec of each (default: one leaf each; a list of leaves for a sequence),
+        ``inputs`` / ``outputs`` their leaves in order."""
+        in_specs = in_specs or [dict(LEAF)] * len(inputs)
+        out_specs = out_specs or [dict(LEAF)] * len(outputs)
+        in_tree = {"type": "tuple", "children": [{"type": "tuple", "children": list(in_specs)},
                                                  {"type": "dict", "keys": [], "children": []}]}
-        out_tree = dict(LEAF) if len(outputs) == 1 else {"type": "tuple", "children": [dict(LEAF)] * len(outputs)}
+        out_tree = out_specs[0] if len(out_specs) == 1 else {"type": "tuple", "children": list(out_specs)}
         return cls(in_tree, tuple(inputs), out_tree, tuple(outputs))
 
     def is_plain(self) -> bool:

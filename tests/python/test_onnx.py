@@ -626,6 +626,29 @@ def test_optional_tensor_input_is_taken_as_a_tensor():
     np.testing.assert_array_equal(np.asarray(y), -x)
 
 
+def test_sequences_of_a_known_length_are_their_tensors():
+    """A sequence input (a list of arrays; its length fixed by the example inputs), a
+    SequenceInsert at a bound position, SequenceMap and SplitToSequence: held as tensors,
+    the sequence outputs come back as lists. Compiling without example inputs names the input."""
+    body = helper.make_graph([helper.make_node("Add", ["e", "t"], ["o"])], "body", [_value("e", [2]), _value("t", [2])],
+                             [_value("o", [2])])
+    seq = lambda name: helper.make_tensor_sequence_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    nodes = [helper.make_node("SequenceInsert", ["s", "t", "pos"], ["s2"]),
+             helper.make_node("SequenceMap", ["s2", "t"], ["mapped"], body=body),
+             helper.make_node("SplitToSequence", ["t"], ["pieces"], axis=0, keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [seq("s"), _value("t", [2]), _value("pos", [], TensorProto.INT64)],
+                              [seq("mapped"), helper.make_tensor_sequence_value_info("pieces", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    s, t, pos = [_rand(2), _rand(2)], _rand(2), np.array(0, np.int64)
+    mapped, pieces = cuvil_mlir.compile(model, (s, t, pos))(s, t, pos)
+    assert isinstance(mapped, list) and len(mapped) == 3 and len(pieces) == 2
+    for got, ref in zip(mapped, [t + t, s[0] + t, s[1] + t]):
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-6)
+    np.testing.assert_array_equal([np.asarray(p) for p in pieces], list(t))
+    with pytest.raises(ImportError_, match="input 's' of the ONNX model is a sequence"):
+        cuvil_mlir.compile(model)
+
+
 def test_shape_operand_inputs_are_those_used_only_as_shape_operands():
     from cuvil_mlir.compiler.importers.onnx_rewrites import shape_operand_inputs
 

@@ -230,7 +230,7 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
     float8 / float4 / int4 / uint4 / int2 / uint2 values (which the importer, the lowering or
     IREE cannot take) are carried as float32 / int8 / uint8 from the start
     (``rewrites.carry_narrow_types``); ``carried``, when given, receives the caller's dtype per
-    function argument and result (``{"inputs": [...], "outputs": [...]}``, None where not carried).
+    function argument and result, and how the model's inputs and outputs map to the function's.
 
     ``example_inputs`` (one per graph input, in order): the inputs used only as shape operands
     (reduction axes, ``Slice`` bounds, ``Pad`` pads, ``Reshape`` shapes, ``Range`` bounds, ...:
@@ -246,6 +246,18 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
         bound = {name: _host_array(given[name]) for name in rewrites.shape_operand_inputs(loaded.proto)}
         if bound:
             loaded = _rewritten(loaded, rewrites.bind_inputs(loaded.proto, bound))
+    out_names, groups_in, groups_out = loaded.output_names, {}, {}
+    sequences = [v for v in loaded.proto.graph.input if v.name in names and rewrites.is_sequence_input(v)]
+    if rewrites_allowed and (sequences or any(rewrites.is_sequence_input(v) for v in loaded.proto.graph.output)):
+        # sequences of the lengths the example inputs have: held as their tensors
+        given = dict(zip(names, example_inputs))
+        missing = [v.name for v in sequences if not isinstance(given.get(v.name), (list, tuple))]
+        if missing:
+            raise ImportError_(f"input '{missing[0]}' of the ONNX model is a sequence: compile with example inputs "
+                               "(cuvil_mlir.compile(model, args), a list of arrays for it) to fix its length")
+        elements = {v.name: [(np.shape(a), _sequence_elem_type(v)) for a in given[v.name]] for v in sequences}
+        proto, groups_in, groups_out = rewrites.scalarize_sequences(loaded.proto, elements)
+        loaded = _rewritten(loaded, proto)
     if rewrites_allowed:  # torch-mlir lowers these Scans as if their axes were 0 and their directions forward
         unrolled = rewrites.unroll_scans(loaded.proto, oriented_only=True)
         loaded = _rewritten(loaded, unrolled) if unrolled is not None else loaded
@@ -267,11 +279,9 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
     if rewrites_allowed and rewrites.has_narrow_types(loaded.proto):
         proto, narrow_inputs, narrow_outputs = rewrites.carry_narrow_types(loaded.proto)
         loaded = _rewritten(loaded, proto)
-    if carried is not None:
-        carried["inputs"] = [narrow_inputs.get(name) for name in loaded.input_names]
-        carried["outputs"] = [narrow_outputs.get(name) for name in loaded.output_names]
-        carried["bound"] = bound
-        carried["names"] = names
+    if carried is not None:  # what the boundary needs: the model's inputs and outputs, and what became of them
+        carried.update(names=names, outputs=out_names, bound=bound, groups_in=groups_in, groups_out=groups_out,
+                       args=loaded.input_names, results=loaded.output_names, dtypes={**narrow_inputs, **narrow_outputs})
     for message in failed:
         loaded, expanded = _rewritten_for(loaded, message)
         done |= expanded
@@ -333,11 +343,22 @@ def shape_operand_inputs(model) -> list[str]:
     return rewrites.shape_operand_inputs(loaded.proto)
 
 
+def sequence_inputs(model) -> list[str]:
+    """The names of the sequence inputs of an ONNX model: compiling needs example inputs (their lengths)."""
+    loaded = load_model(model, infer_shapes=False) if not isinstance(model, OnnxModel) else model
+    return [v.name for v in loaded.proto.graph.input if v.name in loaded.input_names and rewrites.is_sequence_input(v)]
+
+
 def shape_operand_values(model, inputs) -> dict[str, np.ndarray]:
     """The values ``inputs`` (one per input of the model) give its shape-operand inputs."""
     loaded = load_model(model, infer_shapes=False) if not isinstance(model, OnnxModel) else model
     given = dict(zip(loaded.input_names, inputs))
     return {name: _host_array(given[name]) for name in rewrites.shape_operand_inputs(loaded.proto) if name in given}
+
+
+def _sequence_elem_type(value) -> int:
+    t = value.type.optional_type.elem_type if value.type.HasField("optional_type") else value.type
+    return t.sequence_type.elem_type.tensor_type.elem_type
 
 
 def _host_array(value) -> np.ndarray:

@@ -668,6 +668,7 @@ SHAPE_OPERANDS = {
     "CenterCropPad": {1}, "Trilu": {1}, "NonMaxSuppression": {2, 3, 4}, "DFT": {1, 2}, "STFT": {1, 3},
     "BlackmanWindow": {0}, "HannWindow": {0}, "HammingWindow": {0}, "MelWeightMatrix": {0, 1, 2, 3, 4},
     "Compress": {1},  # the condition decides the result's shape
+    "SequenceAt": {1}, "SequenceInsert": {2}, "SequenceErase": {1}, "SplitToSequence": {1},
     "Dropout": {1, 2},  # ratio and training mode: whether it is an identity
     **{op: {1} for op in _REDUCTIONS},
 }
@@ -1387,3 +1388,201 @@ def optional_inputs_as_tensors(proto):
     del result.graph.node[:]
     result.graph.node.extend(nodes)
     return result
+
+
+# --- sequences of a known length: their tensors ---------------------------------------------------------------
+
+def is_sequence_input(value) -> bool:
+    return value.type.HasField("sequence_type") or (
+        value.type.HasField("optional_type") and value.type.optional_type.elem_type.HasField("sequence_type"))
+
+
+def scalarize_sequences(proto, inputs: dict):
+    """The model with its sequences held as their tensors: ``inputs`` gives each sequence
+    graph input's elements ((shape, ONNX element type) per element, from an example value),
+    each becomes one tensor input; sequence ops on known lengths and positions
+    (SequenceConstruct, SequenceEmpty, SequenceInsert, SequenceAt, SequenceErase,
+    SequenceLength, SplitToSequence, ConcatFromSequence, SequenceMap, Identity and the
+    Optional ops) become the tensor ops they select or compute, and a sequence graph output
+    becomes one output per element. Returns (model, {sequence input: its element inputs},
+    {sequence output: its element outputs}); any other op on a sequence is an error naming it."""
+    from onnx import helper, numpy_helper
+
+    graph = proto.graph
+    opset = _opset(proto)
+    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer if int(np.prod(t.dims)) <= 64}
+    shapes = {}
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+            shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
+    seq: dict[str, list[str]] = {}
+    new_inputs, groups_in = [], {}
+    for v in graph.input:
+        if v.name not in inputs:
+            new_inputs.append(v)
+            continue
+        names = [f"{v.name}__{i}" for i in range(len(inputs[v.name]))]
+        for name, (shape, elem_type) in zip(names, inputs[v.name]):
+            new_inputs.append(helper.make_tensor_value_info(name, elem_type, list(shape)))
+            shapes[name] = tuple(shape)
+        seq[v.name] = groups_in[v.name] = names
+    fresh = (f"cuvil_seq{i}" for i in itertools.count())
+    out = []
+
+    def value(name):
+        if name in known:
+            return np.asarray(known[name])
+        raise ImportError_(f"a sequence position or split read from '{name}', which is not known at compile time")
+
+    for node in graph.node:
+        op, ins, outs = node.op_type, list(node.input), list(node.output)
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if op == "Constant":
+            v = _constant_value(node)
+            if v is not None:
+                known[outs[0]] = v
+        if op == "SequenceConstruct":
+            seq[outs[0]] = ins
+        elif op == "SequenceEmpty":
+            seq[outs[0]] = []
+        elif op in ("Identity", "Optional", "OptionalGetElement") and ins and ins[0] in seq:
+            seq[outs[0]] = list(seq[ins[0]])
+        elif op == "OptionalHasElement" and ins and ins[0] in seq:
+            out.append(helper.make_node("Constant", [], outs, value=helper.make_tensor(outs[0], 9, [], [True])))
+        elif op == "SequenceLength":
+            out.append(helper.make_node("Constant", [], outs, value=helper.make_tensor(outs[0], 7, [], [len(seq[ins[0]])])))
+        elif op == "SequenceInsert":
+            items = list(seq[ins[0]])
+            at = int(value(ins[2]).reshape(-1)[0]) if len(ins) > 2 and ins[2] else len(items)
+            items.insert(at if at >= 0 else at + len(items), ins[1])
+            seq[outs[0]] = items
+        elif op == "SequenceErase":
+            items = list(seq[ins[0]])
+            at = int(value(ins[1]).reshape(-1)[0]) if len(ins) > 1 and ins[1] else -1
+            del items[at]
+            seq[outs[0]] = items
+        elif op == "SequenceAt":
+            out.append(helper.make_node("Identity", [seq[ins[0]][int(value(ins[1]).reshape(-1)[0])]], outs))
+        elif op == "ConcatFromSequence":
+            items, axis = seq[ins[0]], attrs["axis"]
+            if attrs.get("new_axis", 0):
+                axes = next(fresh)
+                out.append(helper.make_node("Constant", [], [axes], value=helper.make_tensor(axes, 7, [1], [axis])))
+                unsqueezed = []
+                for item in items:
+                    u = next(fresh)
+                    out.append(helper.make_node("Unsqueeze", [item, axes], [u]))
+                    unsqueezed.append(u)
+                items = unsqueezed
+            out.append(helper.make_node("Concat", items, outs, axis=axis))
+        elif op == "SplitToSequence":
+            out_nodes, names = _split_to_sequence(node, attrs, shapes, value, fresh, opset)
+            out += out_nodes
+            seq[outs[0]] = names
+        elif op == "SequenceMap":
+            out_nodes, results = _sequence_map(node, attrs["body"], seq, fresh)
+            out += out_nodes
+            for name, items in zip(outs, results):
+                seq[name] = items
+        elif any(x in seq for x in ins):
+            raise ImportError_(f"ONNX op {op} (node '{node.name}') on a sequence is not supported (sequences of a known "
+                               "length are held as their tensors through the sequence ops, SequenceMap and Identity)")
+        else:
+            out.append(node)
+    groups_out, new_outputs = {}, []
+    for v in graph.output:
+        if v.name not in seq:
+            new_outputs.append(v)
+            continue
+        elem = v.type.sequence_type.elem_type if v.type.HasField("sequence_type") else \
+            v.type.optional_type.elem_type.sequence_type.elem_type
+        names = []
+        for i, item in enumerate(seq[v.name]):
+            name = f"{v.name}__{i}"
+            out.append(helper.make_node("Identity", [item], [name]))
+            new_outputs.append(helper.make_tensor_value_info(name, elem.tensor_type.elem_type, None))
+            names.append(name)
+        groups_out[v.name] = names
+    result = type(proto)()
+    result.CopyFrom(proto)
+    del result.graph.node[:]
+    result.graph.node.extend(out)
+    del result.graph.input[:]
+    result.graph.input.extend(new_inputs)
+    del result.graph.output[:]
+    result.graph.output.extend(new_outputs)
+    del result.graph.value_info[:]
+    if groups_out:  # the element outputs' shapes, as shape inference gives them (the checker wants one)
+        from onnx import shape_inference
+
+        graph_inferred = shape_inference.infer_shapes(result).graph
+        inferred = {v.name: v for v in [*graph_inferred.value_info, *graph_inferred.output, *graph_inferred.input]}
+        for v in result.graph.output:
+            if not v.type.tensor_type.HasField("shape") and inferred.get(v.name, v).type.tensor_type.HasField("shape"):
+                v.type.CopyFrom(inferred[v.name].type)
+    return result, groups_in, groups_out
+
+
+def _split_to_sequence(node, attrs, shapes, value, fresh, opset: int):
+    from onnx import helper
+
+    shape = shapes.get(node.input[0])
+    axis = attrs.get("axis", 0)
+    if shape is None or None in shape:
+        raise ImportError_(f"SplitToSequence (node '{node.name}') of a value of unknown shape is not supported")
+    axis %= len(shape)
+    length = shape[axis]
+    given = len(node.input) > 1 and node.input[1]
+    if given:
+        split = value(node.input[1])
+        sizes = [int(s) for s in split.reshape(-1)] if split.ndim else \
+            [int(split)] * (length // int(split)) + ([length % int(split)] if length % int(split) else [])
+    else:
+        sizes = [1] * length
+    names = [next(fresh) for _ in sizes]
+    nodes = []
+    if opset >= 13:
+        s = next(fresh)
+        nodes += [helper.make_node("Constant", [], [s], value=helper.make_tensor(s, 7, [len(sizes)], sizes)),
+                  helper.make_node("Split", [node.input[0], s], names, axis=axis)]
+    else:
+        nodes.append(helper.make_node("Split", [node.input[0]], names, axis=axis, split=sizes))
+    if not given and not attrs.get("keepdims", 1):
+        axes = next(fresh)
+        nodes.append(helper.make_node("Constant", [], [axes], value=helper.make_tensor(axes, 7, [1], [axis])))
+        squeezed = []
+        for name in names:
+            q = next(fresh)
+            nodes.append(helper.make_node("Squeeze", [name, axes], [q]))
+            squeezed.append(q)
+        names = squeezed
+    return nodes, names
+
+
+def _sequence_map(node, body, seq, fresh):
+    """SequenceMap: its body once per element (sequence inputs give their i-th element,
+    tensor inputs themselves); each body output appended to its result sequence."""
+    from onnx import helper
+
+    if any(a.type in (5, 10) for b in body.node for a in b.attribute):
+        raise ImportError_(f"SequenceMap (node '{node.name}') whose body holds subgraphs is not supported")
+    length = len(seq[node.input[0]])
+    local = {o for b in body.node for o in b.output} | {v.name for v in body.input} | {t.name for t in body.initializer}
+    nodes, results = [], [[] for _ in body.output]
+    for i in range(length):
+        prefix = next(fresh)
+        rename = {name: f"{prefix}_{name}" for name in local}
+        for value, x in zip(body.input, node.input):
+            nodes.append(helper.make_node("Identity", [seq[x][i] if x in seq else x], [rename[value.name]]))
+        for t in body.initializer:
+            nodes.append(helper.make_node("Constant", [], [rename[t.name]], value=t))
+        for b in body.node:
+            copy = type(b)()
+            copy.CopyFrom(b)
+            copy.input[:] = [rename.get(x, x) for x in b.input]
+            copy.output[:] = [rename.get(x, x) for x in b.output]
+            copy.name = f"{prefix}_{b.name}" if b.name else ""
+            nodes.append(copy)
+        for k, o in enumerate(body.output):
+            results[k].append(rename.get(o.name, o.name))
+    return nodes, results
