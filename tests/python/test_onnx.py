@@ -269,10 +269,11 @@ def test_unsupported_op_names_op_node_and_opset():
 
 
 def test_op_in_an_unsupported_form_names_op_and_node():
-    """An op torch-mlir lowers only in some forms (a one-sided DFT here): named with its node."""
-    model = _model([helper.make_node("DFT", ["x", "", "axis"], ["y"], onesided=1, name="the_dft")],
-                   [("x", [1, 10, 10, 1])], [("y", [1, 6, 10, 2])], {"axis": np.array(1, np.int64)}, opset=20)
-    with pytest.raises(UnsupportedOnnxOp, match=r"cannot convert ONNX op DFT \(node 'the_dft'\) in this form at opset 20"):
+    """An op torch-mlir lowers only in some forms (a bicubic GridSample here): named with its node."""
+    model = _model([helper.make_node("GridSample", ["x", "grid"], ["y"], mode="cubic", name="the_grid_sample")],
+                   [("x", [1, 1, 4, 4]), ("grid", [1, 3, 3, 2])], [("y", [1, 1, 3, 3])], opset=22)
+    with pytest.raises(UnsupportedOnnxOp, match=r"cannot convert ONNX op GridSample \(node 'the_grid_sample'\) in this form "
+                                                r"at opset 22"):
         cuvil_mlir.compile(model)
 
 

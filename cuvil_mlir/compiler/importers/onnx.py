@@ -261,7 +261,7 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
     if rewrites_allowed:  # torch-mlir lowers these Scans as if their axes were 0 and their directions forward
         unrolled = rewrites.unroll_scans(loaded.proto, oriented_only=True)
         loaded = _rewritten(loaded, unrolled) if unrolled is not None else loaded
-    done, folded, upgraded_once = set(), False, False
+    done, folded, upgraded_once, before_upgrade = set(), False, False, None
     for rewrite in (rewrites.with_default_opset, rewrites.optional_inputs_as_tensors) if rewrites_allowed else ():
         # a default-domain opset (torch-mlir's lowering needs one); optional tensor inputs as tensors
         changed = rewrite(loaded.proto)
@@ -323,6 +323,7 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
             upgraded = None if upgraded_once else rewrites.upgrade_opset(loaded.proto)
             upgraded_once = True
             if upgraded is not None:  # an old opset: the newer forms torch-mlir lowers
+                before_upgrade = e
                 loaded = _rewritten(loaded, upgraded)
                 continue
             # a lowering that needs constant operands (axes, sizes, If conditions) computed by nodes
@@ -332,6 +333,8 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
                 changed = rewrites.static_reduction_axes(changed or loaded.proto) or changed
                 folded = True
             if changed is None:
+                if before_upgrade is not None and {op for op, _ in e.ops} <= {op for op, _ in before_upgrade.ops}:
+                    raise before_upgrade from None  # the upgrade did not help: named at the model's own opset
                 raise
             loaded = _rewritten(loaded, changed)
 
