@@ -402,6 +402,7 @@ def _markdown(report: dict) -> str:
     lines = [f"# ONNX backend node tests: Cuvil vs plain torch-mlir + IREE ({report['date'][:10]})", "",
              f"- machine: {report['machine']}",
              f"- command: `{report['command']}`",
+             *([f"- the runs merged: " + "; ".join(f"`{c}`" for c in report["commands"])] if report.get("commands") else []),
              f"- versions: {', '.join(f'{k} {v}' for k, v in report['versions'].items())}",
              f"- cases: {report['cases']} ({report['selection']}); per-test timeout {report['timeout_s']} s, "
              f"one case at a time in a forked child; wall time {report['wall_s']:.0f} s", "",
@@ -456,7 +457,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="folder for the results")
     parser.add_argument("--name", default=None, help="results file stem (default onnx-conformance-<date>[-sample])")
     parser.add_argument("-v", "--verbose", action="store_true", help="a line per case")
+    parser.add_argument("--merge", nargs=2, metavar=("BASE", "RERUN"),
+                        help="run nothing: write the report of BASE (a whole-suite JSON) with each case RERUN (a JSON "
+                             "of this script) ran replaced by its result there, for the backends RERUN ran")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args, *args.merge)
     backends = [b for b in args.backends.split(",") if b]
     for b in backends:
         if b not in BACKENDS:
@@ -509,6 +515,38 @@ def main(argv=None) -> int:
         s = report["summary"][b]
         print(f"{b}: {s['passed']}/{s['total']} passed ({100 * (s['rate'] or 0):.1f}%); failures: {s['failure_classes']}")
     print(f"wrote {stem}.json and .md ({wall:.0f} s)")
+    return 0
+
+
+def merge(args, base_path: str, rerun_path: str) -> int:
+    """``--merge``: the whole suite from BASE, the cases RERUN ran taking RERUN's results."""
+    base, rerun = json.loads(Path(base_path).read_text()), json.loads(Path(rerun_path).read_text())
+    backends = [b for b in BACKENDS if any(b in r for r in base["results"])]
+    newer = {r["name"]: r for r in rerun["results"]}
+    results = []
+    for row in base["results"]:
+        row = dict(row)
+        for b in rerun["backends"]:
+            if row["name"] in newer:
+                row[b] = newer[row["name"]][b]
+        results.append(row)
+    commands = [*(base.get("commands") or [base.get("command")]), rerun["command"]]
+    report = {
+        "date": rerun["date"], "machine": rerun["machine"], "commands": commands,
+        "command": "python benchmarks/onnx_conformance.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "versions": rerun["versions"], "backends": backends, "cases": len(results),
+        "selection": f"all node tests: {base_path} with the {len(newer)} cases of {rerun_path} ({', '.join(rerun['backends'])}) "
+                     "replaced by their results there",
+        "timeout_s": rerun["timeout_s"], "wall_s": rerun["wall_s"], "summary": summarize(results, backends), "results": results,
+    }
+    out = Path(args.out)
+    stem = out / (args.name or f"onnx-conformance-{report['date'][:10]}")
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(_markdown(report))
+    for b in backends:
+        s = report["summary"][b]
+        print(f"{b}: {s['passed']}/{s['total']} passed ({100 * (s['rate'] or 0):.1f}%); failures: {s['failure_classes']}")
+    print(f"wrote {stem}.json and .md")
     return 0
 
 
