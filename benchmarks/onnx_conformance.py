@@ -84,17 +84,39 @@ def family(op_type: str) -> str:
 
 
 class CuvilRep:
-    """A prepared model: ``run(inputs)`` -> outputs (numpy)."""
+    """A prepared model: ``run(inputs)`` -> outputs (numpy). A model with shape-operand
+    inputs (reduction axes, Slice bounds, Pad pads, ... given at run time) is compiled at its
+    first run, with those inputs bound to their values (docs/onnx.md), and again when a run
+    passes other values."""
 
-    def __init__(self, compiled):
-        self.compiled = compiled
+    def __init__(self, compiled=None, model=None, compile=None):
+        self.compiled, self.model, self.compile = compiled, model, compile
+        self.bound_values = None
 
     def run(self, inputs, **kwargs):
         import numpy as np
 
+        if self.model is not None:
+            from cuvil_mlir.compiler.importers.onnx import shape_operand_values
+            from cuvil_mlir.compiler.pipeline import Options
+
+            values = shape_operand_values(self.model, inputs)
+            values.update({f"{i} len": np.array([len(x)]) for i, x in enumerate(inputs) if isinstance(x, list)})
+            if self.compiled is None or not _same_values(values, self.bound_values):
+                self.compiled, self.bound_values = self.compile(self.model, tuple(inputs), Options(target="cpu")), values
         out = self.compiled(*inputs)
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        return [np.asarray(o) for o in outs]
+        outs = out if isinstance(out, tuple) or (isinstance(out, list) and len(self.model_outputs()) > 1) else (out,)
+        return [o if isinstance(o, list) else np.asarray(o) for o in outs]
+
+    def model_outputs(self):
+        return self.compiled.boundary.out_tree.get("children", []) if self.compiled.boundary.out_tree.get("type") == "tuple" else [0]
+
+
+def _same_values(a: dict, b: dict | None) -> bool:
+    import numpy as np
+
+    return b is not None and a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and np.array_equal(a[k], b[k]) for k in a)
 
 
 class CuvilBackend:
@@ -110,6 +132,10 @@ class CuvilBackend:
     def prepare(cls, model, device: str = "CPU", **kwargs) -> CuvilRep:
         from cuvil_mlir.compiler.pipeline import Options, compile_plain_iree, compile_program
 
+        from cuvil_mlir.compiler.importers.onnx import sequence_inputs, shape_operand_inputs
+
+        if not cls.plain and (shape_operand_inputs(model) or sequence_inputs(model)):  # compiled at the first run
+            return CuvilRep(model=model, compile=compile_program)
         compile = compile_plain_iree if cls.plain else compile_program
         return CuvilRep(compile(model, (), Options(target="cpu")))
 
@@ -160,13 +186,16 @@ def _as_arrays(values) -> list:
 
     # TensorProtos carry dtypes numpy lacks (float8, int4, ...): ml_dtypes arrays
     return [np.asarray(v) if isinstance(v, np.generic) else
-            numpy_helper.to_array(v) if type(v).__name__ == "TensorProto" else v for v in values]
+            numpy_helper.to_array(v) if type(v).__name__ == "TensorProto" else
+            _as_arrays(v) if isinstance(v, list) else v for v in values]
 
 
 def _inputs_supported(inputs) -> str | None:
     import numpy as np
 
     for i, x in enumerate(inputs):
+        if isinstance(x, list) and all(isinstance(e, np.ndarray) and e.dtype.kind not in "OUS" for e in x):
+            continue  # a sequence: compiled for its length
         if not isinstance(x, np.ndarray):
             what = "a TensorProto (a dtype numpy has no type for)" if type(x).__name__ == "TensorProto" else \
                 f"a {type(x).__name__} (sequence/optional)"
@@ -182,6 +211,13 @@ def _compare(outputs, expected, rtol, atol) -> str | None:
     if len(outputs) != len(expected):
         return f"expected {len(expected)} outputs, got {len(outputs)}"
     for i, (got, ref) in enumerate(zip(outputs, expected)):
+        if isinstance(ref, list):  # a sequence
+            if not isinstance(got, list) or len(got) != len(ref):
+                return f"output {i}: expected a sequence of {len(ref)}, got {type(got).__name__}"
+            bad = _compare([np.asarray(g) for g in got], ref, rtol, atol)
+            if bad:
+                return f"output {i}: {bad}"
+            continue
         if not isinstance(ref, np.ndarray):
             return f"output {i} is a {type(ref).__name__} (sequence/optional)"
         if got.dtype != ref.dtype and not (ref.dtype == np.bool_ and got.dtype == np.bool_):
@@ -205,12 +241,13 @@ def _prepare_and_run(case, backend) -> dict:
         rep = backend.prepare(case.model)
     except Exception as e:  # noqa: BLE001  (classified)
         return _result("fail", _classify(e), _one_line(e))
-    fired = rep.compiled.metadata.get("patterns_fired", {})
     try:
         outputs = rep.run(list(inputs))
     except Exception as e:  # noqa: BLE001
         cls = _classify(e)
+        fired = rep.compiled.metadata.get("patterns_fired", {}) if rep.compiled is not None else {}
         return _result("fail", "runtime" if cls.startswith("internal") else cls, _one_line(e), fired)
+    fired = rep.compiled.metadata.get("patterns_fired", {})
     bad = _compare(outputs, expected, case.rtol, case.atol)
     return _result("pass", fired=fired) if bad is None else _result("fail", "mismatch", bad, fired)
 
@@ -365,6 +402,7 @@ def _markdown(report: dict) -> str:
     lines = [f"# ONNX backend node tests: Cuvil vs plain torch-mlir + IREE ({report['date'][:10]})", "",
              f"- machine: {report['machine']}",
              f"- command: `{report['command']}`",
+             *([f"- the runs merged: " + "; ".join(f"`{c}`" for c in report["commands"])] if report.get("commands") else []),
              f"- versions: {', '.join(f'{k} {v}' for k, v in report['versions'].items())}",
              f"- cases: {report['cases']} ({report['selection']}); per-test timeout {report['timeout_s']} s, "
              f"one case at a time in a forked child; wall time {report['wall_s']:.0f} s", "",
@@ -419,7 +457,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="folder for the results")
     parser.add_argument("--name", default=None, help="results file stem (default onnx-conformance-<date>[-sample])")
     parser.add_argument("-v", "--verbose", action="store_true", help="a line per case")
+    parser.add_argument("--merge", nargs=2, metavar=("BASE", "RERUN"),
+                        help="run nothing: write the report of BASE (a whole-suite JSON) with each case RERUN (a JSON "
+                             "of this script) ran replaced by its result there, for the backends RERUN ran")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args, *args.merge)
     backends = [b for b in args.backends.split(",") if b]
     for b in backends:
         if b not in BACKENDS:
@@ -472,6 +515,38 @@ def main(argv=None) -> int:
         s = report["summary"][b]
         print(f"{b}: {s['passed']}/{s['total']} passed ({100 * (s['rate'] or 0):.1f}%); failures: {s['failure_classes']}")
     print(f"wrote {stem}.json and .md ({wall:.0f} s)")
+    return 0
+
+
+def merge(args, base_path: str, rerun_path: str) -> int:
+    """``--merge``: the whole suite from BASE, the cases RERUN ran taking RERUN's results."""
+    base, rerun = json.loads(Path(base_path).read_text()), json.loads(Path(rerun_path).read_text())
+    backends = [b for b in BACKENDS if any(b in r for r in base["results"])]
+    newer = {r["name"]: r for r in rerun["results"]}
+    results = []
+    for row in base["results"]:
+        row = dict(row)
+        for b in rerun["backends"]:
+            if row["name"] in newer:
+                row[b] = newer[row["name"]][b]
+        results.append(row)
+    commands = [*(base.get("commands") or [base.get("command")]), rerun["command"]]
+    report = {
+        "date": rerun["date"], "machine": rerun["machine"], "commands": commands,
+        "command": "python benchmarks/onnx_conformance.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "versions": rerun["versions"], "backends": backends, "cases": len(results),
+        "selection": f"all node tests: {base_path} with the {len(newer)} cases of {rerun_path} ({', '.join(rerun['backends'])}) "
+                     "replaced by their results there",
+        "timeout_s": rerun["timeout_s"], "wall_s": rerun["wall_s"], "summary": summarize(results, backends), "results": results,
+    }
+    out = Path(args.out)
+    stem = out / (args.name or f"onnx-conformance-{report['date'][:10]}")
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(_markdown(report))
+    for b in backends:
+        s = report["summary"][b]
+        print(f"{b}: {s['passed']}/{s['total']} passed ({100 * (s['rate'] or 0):.1f}%); failures: {s['failure_classes']}")
+    print(f"wrote {stem}.json and .md")
     return 0
 
 

@@ -209,7 +209,8 @@ def compile_functions(programs: dict, options: Options, *, entry: str, emit: str
 def _import(model, args, kwargs, dynamic_shapes, ctx, *, params_mode: str, plain: bool = False,
             failed: tuple[str, ...] = (), **options):
     """torch-mlir's import: an ONNX model through its ONNX importer (no torch.export signature:
-    the boundary is read from the function, ``prepared`` None; ``plain``: without Cuvil's
+    the boundary is its inputs, the shape operands among them bound to the example ``args``, and
+    the dtypes its narrow-typed values are carried in; ``plain``: without Cuvil's
     ONNX-level rewrites; ``failed``: IREE's errors on the modules of earlier imports, to rewrite for),
     anything else exported and shaped by the boundary (cuvil_mlir/runtime/boundary.py). Returns
     (module, prepared, the parameter store when the weights are external, else None)."""
@@ -220,7 +221,9 @@ def _import(model, args, kwargs, dynamic_shapes, ctx, *, params_mode: str, plain
         onnx_options = {"kept_ops": options["kept_ops"]} if "kept_ops" in options else {}
         if plain:  # torch-mlir's ONNX import alone
             onnx_options["rewrites_allowed"] = False
-        return onnx.import_model(model, ctx, failed=failed, **onnx_options), None, None
+        carried: dict = {}
+        module = onnx.import_model(model, ctx, failed=failed, carried=carried, example_inputs=tuple(args), **onnx_options)
+        return module, _onnx_prepared(module, carried), None
     program = fx.to_exported_program(model, args, kwargs, dynamic_shapes)
     store = ParameterStore() if resolve_mode(params_mode, fx.weight_bytes(program)) == "external" else None
     found = []
@@ -235,6 +238,37 @@ def _import(model, args, kwargs, dynamic_shapes, ctx, *, params_mode: str, plain
 
     module = fx.import_program(program, ctx, prepare=prepare, store=store, **options)
     return module, found[0], store
+
+
+def _onnx_prepared(module, carried: dict) -> boundary.Prepared:
+    """An ONNX model's boundary: its inputs in order, those bound to example values
+    (shape operands) checked at each call, float8 / int4 / ... inputs and outputs converted
+    from and to the wider types the function carries them in."""
+    signature = signature_of(module)
+    args = {name: i for i, name in enumerate(carried["args"])}
+    results = {name: i for i, name in enumerate(carried["results"])}
+    dtypes = carried["dtypes"]
+    inputs, in_specs = [], []
+    for name in carried["names"]:
+        if name in carried["bound"]:
+            value = carried["bound"][name]
+            inputs.append(boundary.Leaf("constant", -1, value.tolist(), dtype=str(value.dtype)))
+            in_specs.append(dict(boundary.LEAF))
+        elif name in carried["groups_in"]:  # a sequence: a list of tensors
+            inputs += [boundary.Leaf("tensor", args[element]) for element in carried["groups_in"][name]]
+            in_specs.append({"type": "list", "children": [dict(boundary.LEAF)] * len(carried["groups_in"][name])})
+        else:
+            inputs.append(boundary.Leaf("tensor", args[name], dtype=dtypes.get(name)))
+            in_specs.append(dict(boundary.LEAF))
+    outputs, out_specs = [], []
+    for name in carried["outputs"]:
+        if name in carried["groups_out"]:
+            outputs += [boundary.Leaf("tensor", results[element]) for element in carried["groups_out"][name]]
+            out_specs.append({"type": "list", "children": [dict(boundary.LEAF)] * len(carried["groups_out"][name])})
+        else:
+            outputs.append(boundary.Leaf("tensor", results[name], dtype=dtypes.get(name)))
+            out_specs.append(dict(boundary.LEAF))
+    return boundary.Prepared.positional(signature, boundary.Boundary.positional(inputs, outputs, in_specs, out_specs))
 
 
 def _compiled(built, metadata: dict, prepared, parameters=None) -> CompiledModel:

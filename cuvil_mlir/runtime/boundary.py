@@ -189,13 +189,17 @@ class Leaf:
     kind: str  # "tensor": a function argument/result; "constant": a Python value; "scalar": a 0-d result as a Python number
     index: int = -1  # tensor/scalar: the function argument (inputs) or result (outputs)
     value: Any = None  # constant: its value; scalar: "int" | "float" | "bool"
+    # tensor: the caller's dtype where the function takes or returns its values carried in a
+    # wider one (an ONNX model's float8 / int4 / ... as float32 / int8: every value is exact);
+    # None: the function's own dtype
+    dtype: str | None = None
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "index": self.index, "value": self.value}
+        return {"kind": self.kind, "index": self.index, "value": self.value, **({"dtype": self.dtype} if self.dtype else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> "Leaf":
-        return cls(d["kind"], int(d.get("index", -1)), d.get("value"))
+        return cls(d["kind"], int(d.get("index", -1)), d.get("value"), d.get("dtype"))
 
 
 @dataclass(frozen=True)
@@ -247,12 +251,13 @@ class Boundary:
     dynamic: tuple[DynamicDim, ...] = ()
     out_treespec: Any = field(default=None, compare=False)  # the TreeSpec object, in the compiling process only
 
-    VERSION = 1
+    VERSION = 2  # 2: leaves with a carried dtype (written only where there is one)
 
     # -- JSON (package metadata) --
     def to_json(self) -> dict:
+        carried = any(x.dtype for x in (*self.inputs, *self.outputs))
         return {
-            "version": self.VERSION, "in_tree": self.in_tree, "inputs": [x.to_json() for x in self.inputs],
+            "version": self.VERSION if carried else 1, "in_tree": self.in_tree, "inputs": [x.to_json() for x in self.inputs],
             "out_tree": self.out_tree, "outputs": [x.to_json() for x in self.outputs],
             "mutations": [list(m) for m in self.mutations], "state": [s.to_json() for s in self.state],
             "dynamic": [d.to_json() for d in self.dynamic],
@@ -270,15 +275,25 @@ class Boundary:
     def identity(cls, signature: Signature) -> "Boundary":
         """A package written before the boundary existed: positional tensor inputs, the
         results as one value (one result) or a tuple."""
-        n_in, n_out = len(signature.inputs), len(signature.outputs)
-        in_tree = {"type": "tuple", "children": [{"type": "tuple", "children": [dict(LEAF)] * n_in}, {"type": "dict", "keys": [], "children": []}]}
-        out_tree = dict(LEAF) if n_out == 1 else {"type": "tuple", "children": [dict(LEAF)] * n_out}
-        return cls(in_tree, tuple(Leaf("tensor", i) for i in range(n_in)), out_tree, tuple(Leaf("tensor", i) for i in range(n_out)))
+        return cls.positional([Leaf("tensor", i) for i in range(len(signature.inputs))],
+                              [Leaf("tensor", i) for i in range(len(signature.outputs))])
+
+    @classmethod
+    def positional(cls, inputs: list[Leaf], outputs: list[Leaf], in_specs=None, out_specs=None) -> "Boundary":
+        """Positional inputs, the results as one value or a tuple: ``in_specs`` / ``out_specs``
+        the JSON spec of each (default: one leaf each; a list of leaves for a sequence),
+        ``inputs`` / ``outputs`` their leaves in order."""
+        in_specs = in_specs or [dict(LEAF)] * len(inputs)
+        out_specs = out_specs or [dict(LEAF)] * len(outputs)
+        in_tree = {"type": "tuple", "children": [{"type": "tuple", "children": list(in_specs)},
+                                                 {"type": "dict", "keys": [], "children": []}]}
+        out_tree = out_specs[0] if len(out_specs) == 1 else {"type": "tuple", "children": list(out_specs)}
+        return cls(in_tree, tuple(inputs), out_tree, tuple(outputs))
 
     def is_plain(self) -> bool:
-        """Positional tensors in, tensors out, nothing written back or kept: a call is the
-        function's call (what the device-resident path handles)."""
-        return (not self.state and not self.mutations and all(x.kind == "tensor" for x in (*self.inputs, *self.outputs))
+        """Positional tensors in, tensors out, nothing written back, kept or converted: a call
+        is the function's call (what the device-resident path handles)."""
+        return (not self.state and not self.mutations and all(x.kind == "tensor" and not x.dtype for x in (*self.inputs, *self.outputs))
                 and [x.index for x in self.inputs] == list(range(len(self.inputs))))
 
     def structure(self, results: list):
@@ -300,11 +315,18 @@ class Boundary:
         for i, ((path, value), leaf) in enumerate(zip(pairs, self.inputs)):
             where = _describe_path(path)
             if leaf.kind == "constant":
-                _check_constant(where, leaf.value, value)
+                if leaf.dtype:  # an array input the program was compiled with as a constant
+                    _check_bound(where, leaf, value)
+                else:
+                    _check_constant(where, leaf.value, value)
                 continue
             array, is_torch = _to_array(where, value)
             as_torch |= is_torch
             originals[i] = value
+            if leaf.dtype:  # carried: the caller's dtype, converted exactly to the function's
+                if str(array.dtype) != leaf.dtype:
+                    raise InputError(f"{where}: expected dtype {leaf.dtype}, got {array.dtype}")
+                array = array.astype(numpy_dtype(signature.inputs[leaf.index].dtype))
             arrays[leaf.index] = array
         if not any(leaf.kind == "tensor" for leaf in self.inputs):
             as_torch = "torch" in sys.modules
@@ -356,6 +378,8 @@ class Boundary:
                 leaves.append({"int": int, "float": float, "bool": bool}[leaf.value](results[leaf.index].reshape(()).item()))
             else:
                 r = results[leaf.index]
+                if leaf.dtype:  # carried: exact values of the caller's dtype
+                    r = r.astype(numpy_dtype(leaf.dtype))
                 leaves.append(_as_torch(r) if call.as_torch else r)
         return unflatten(self.out_tree, leaves, self.out_treespec)
 
@@ -397,6 +421,17 @@ def _check_constant(where: str, expected, got) -> None:
     if not same:
         raise InputError(f"{where}: the program was compiled with the constant {expected!r} here (torch.export specializes "
                          f"Python scalars); got {got!r}. Recompile with this value, or pass it as a tensor")
+
+
+def _check_bound(where: str, leaf: Leaf, value) -> None:
+    """An input bound at compile time (an ONNX model's shape operand) must be passed as it was."""
+    expected = np.array(leaf.value, dtype=numpy_dtype(leaf.dtype))
+    got, _ = _to_array(where, value)
+    if got.dtype != expected.dtype or got.shape != expected.shape or not np.array_equal(got, expected):
+        raise InputError(f"{where}: the model was compiled with this input bound to {expected.tolist()} ({leaf.dtype}), "
+                         f"a shape operand (axes, bounds, sizes) the compiled module holds as a constant; got "
+                         f"{got.tolist() if got.size <= 16 else f'{got.dtype}{list(got.shape)}'} ({got.dtype}). "
+                         "Compile again with these inputs")
 
 
 def _to_array(where: str, value) -> tuple[np.ndarray, bool]:
@@ -482,9 +517,14 @@ class Prepared:
 
     @classmethod
     def identity(cls, signature: Signature) -> "Prepared":
-        """For a program that has no torch.export signature (an ONNX model): positional tensors
-        in, its results out (one value, or a tuple)."""
-        b = Boundary.identity(signature)
+        """For a program that has no torch.export signature: positional tensors in, its
+        results out (one value, or a tuple)."""
+        return cls.positional(signature, Boundary.identity(signature))
+
+    @classmethod
+    def positional(cls, signature: Signature, b: Boundary) -> "Prepared":
+        """A positional boundary (``Boundary.positional``: an ONNX model's inputs, some bound
+        or carried) for the function of ``signature``."""
         return cls(b.in_tree, list(b.inputs), b.out_tree, list(b.outputs), [], [], [], [], len(signature.inputs), len(signature.outputs))
 
     def boundary(self) -> Boundary:

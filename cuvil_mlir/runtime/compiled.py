@@ -19,7 +19,7 @@ from cuvil_mlir.runtime import boundary as _boundary
 from cuvil_mlir.runtime import device_resident, hostcpu, package
 from cuvil_mlir.runtime.parameters import Parameters
 from cuvil_mlir.runtime.session import Session, probe_drivers
-from cuvil_mlir.runtime.signature import Signature
+from cuvil_mlir.runtime.signature import Signature, TensorSpec
 
 log = logging.getLogger("cuvil_mlir")
 
@@ -103,8 +103,8 @@ class CompiledModel:
     def user_signature(self) -> Signature:
         """The tensors a caller passes (in input-leaf order) and gets back: the function's
         signature less the state arguments and the results that are state or write-backs."""
-        ins = tuple(self.signature.inputs[leaf.index] for leaf in self.boundary.inputs if leaf.kind == "tensor")
-        outs = tuple(self.signature.outputs[leaf.index] for leaf in self.boundary.outputs if leaf.kind == "tensor")
+        ins = tuple(_as_caller(self.signature.inputs[leaf.index], leaf) for leaf in self.boundary.inputs if leaf.kind == "tensor")
+        outs = tuple(_as_caller(self.signature.outputs[leaf.index], leaf) for leaf in self.boundary.outputs if leaf.kind == "tensor")
         return Signature(ins, outs)
 
     @property
@@ -199,6 +199,11 @@ class CompiledModel:
         ins = ", ".join(s.describe() for s in self.signature.inputs)
         outs = ", ".join(s.describe() for s in self.signature.outputs)
         return f"CompiledModel(targets={self.targets}, active={self.active_target}, ({ins}) -> ({outs}))"
+
+
+def _as_caller(spec: TensorSpec, leaf) -> TensorSpec:
+    """A tensor leaf's spec as the caller sees it (a carried leaf's own dtype)."""
+    return TensorSpec(spec.shape, leaf.dtype) if leaf.dtype else spec
 
 
 def _supplied(path, metadata: dict, value) -> Parameters:

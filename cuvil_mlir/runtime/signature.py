@@ -52,13 +52,16 @@ class Signature:
 
 
 def numpy_dtype(name: str):
-    """The numpy dtype of a signature's dtype name (bfloat16: ml_dtypes', IREE's dependency)."""
+    """The numpy dtype of a signature's dtype name (bfloat16, float8_*, int4, ...: ml_dtypes',
+    IREE's dependency)."""
     import numpy as np
 
-    if name == "bfloat16":
+    if name == "bfloat16" or name.startswith(("float8_", "float4_", "int4", "uint4", "int2", "uint2")):
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        if not hasattr(ml_dtypes, name):
+            raise InputError(f"unknown dtype {name} (ml_dtypes {ml_dtypes.__version__} has no such type)")
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
 

@@ -215,7 +215,7 @@ def _symbolic_dims(proto) -> dict[str, list[str]]:
 
 def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS,
                  data_dir: str | os.PathLike | None = None, rewrites_allowed: bool = True,
-                 failed: tuple[str, ...] = ()) -> ir.Module:
+                 failed: tuple[str, ...] = (), carried: dict | None = None, example_inputs=()) -> ir.Module:
     """ONNX model -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
 
     Where torch-mlir's lowering fails, the model is rewritten at the ONNX level and imported
@@ -225,9 +225,63 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
     (of this model, then of each rewrite), asks for all of that from the start, expanding
     the function ops among the nodes they name (``RewriteNotPossible`` when nothing would
     change). ``kept_ops=()`` and ``rewrites_allowed=False`` is torch-mlir's own import (the
-    plain-IREE baseline)."""
+    plain-IREE baseline).
+
+    float8 / float4 / int4 / uint4 / int2 / uint2 values (which the importer, the lowering or
+    IREE cannot take) are carried as float32 / int8 / uint8 from the start
+    (``rewrites.carry_narrow_types``); ``carried``, when given, receives the caller's dtype per
+    function argument and result, and how the model's inputs and outputs map to the function's.
+
+    ``example_inputs`` (one per graph input, in order): the inputs used only as shape operands
+    (reduction axes, ``Slice`` bounds, ``Pad`` pads, ``Reshape`` shapes, ``Range`` bounds, ...:
+    ``rewrites.SHAPE_OPERANDS``) are bound to their example values, as torch.export
+    specializes Python ints; ``carried["bound"]`` maps each to its value (calls must pass it)."""
     loaded = load_model(model, data_dir=data_dir)
-    done, folded = set(), False
+    names, bound = loaded.input_names, {}
+    if example_inputs and rewrites_allowed:
+        if len(example_inputs) != len(names):
+            raise ImportError_(f"the ONNX model takes {len(names)} input(s) ({', '.join(names)}); "
+                               f"{len(example_inputs)} example input(s) were given")
+        given = dict(zip(names, example_inputs))
+        bound = {name: _host_array(given[name]) for name in rewrites.shape_operand_inputs(loaded.proto)}
+        if bound:
+            loaded = _rewritten(loaded, rewrites.bind_inputs(loaded.proto, bound))
+    out_names, groups_in, groups_out = loaded.output_names, {}, {}
+    sequences = [v for v in loaded.proto.graph.input if v.name in names and rewrites.is_sequence_input(v)]
+    if rewrites_allowed and (sequences or any(rewrites.is_sequence_input(v) for v in loaded.proto.graph.output)):
+        # sequences of the lengths the example inputs have: held as their tensors
+        given = dict(zip(names, example_inputs))
+        missing = [v.name for v in sequences if not isinstance(given.get(v.name), (list, tuple))]
+        if missing:
+            raise ImportError_(f"input '{missing[0]}' of the ONNX model is a sequence: compile with example inputs "
+                               "(cuvil_mlir.compile(model, args), a list of arrays for it) to fix its length")
+        elements = {v.name: [(np.shape(a), _sequence_elem_type(v)) for a in given[v.name]] for v in sequences}
+        proto, groups_in, groups_out = rewrites.scalarize_sequences(loaded.proto, elements)
+        loaded = _rewritten(loaded, proto)
+    if rewrites_allowed:  # torch-mlir lowers these Scans as if their axes were 0 and their directions forward
+        unrolled = rewrites.unroll_scans(loaded.proto, oriented_only=True)
+        loaded = _rewritten(loaded, unrolled) if unrolled is not None else loaded
+    done, folded, upgraded_once, before_upgrade = set(), False, False, None
+    for rewrite in (rewrites.with_default_opset, rewrites.optional_inputs_as_tensors) if rewrites_allowed else ():
+        # a default-domain opset (torch-mlir's lowering needs one); optional tensor inputs as tensors
+        changed = rewrite(loaded.proto)
+        loaded = _rewritten(loaded, changed) if changed is not None else loaded
+    if rewrites_allowed:  # forms whose lowering crashes the process
+        expand, fold = rewrites.crashing_forms(loaded.proto)
+        expand = {op for op in expand if rewrites.has_function_body(loaded.proto, op)}
+        if expand:
+            loaded = _rewritten(loaded, rewrites.expand_function_ops(loaded.proto, expand))
+            done |= expand
+            fold = rewrites.crashing_forms(loaded.proto)[1]
+        changed = rewrites.fold_constants(loaded.proto) if fold else None
+        loaded = _rewritten(loaded, changed) if changed is not None else loaded
+    narrow_inputs, narrow_outputs = {}, {}
+    if rewrites_allowed and rewrites.has_narrow_types(loaded.proto):
+        proto, narrow_inputs, narrow_outputs = rewrites.carry_narrow_types(loaded.proto)
+        loaded = _rewritten(loaded, proto)
+    if carried is not None:  # what the boundary needs: the model's inputs and outputs, and what became of them
+        carried.update(names=names, outputs=out_names, bound=bound, groups_in=groups_in, groups_out=groups_out,
+                       args=loaded.input_names, results=loaded.output_names, dtypes={**narrow_inputs, **narrow_outputs})
     for message in failed:
         loaded, expanded = _rewritten_for(loaded, message)
         done |= expanded
@@ -235,7 +289,7 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
     while True:
         module = import_onnx_dialect(loaded, ctx, func_name=func_name)
         try:
-            lower_to_torch(module, loaded, kept_ops=kept_ops)
+            lower_to_torch(module, loaded, kept_ops=kept_ops, bitcasts=rewrites_allowed)
             return module
         except UnsupportedOnnxOp as e:
             if not rewrites_allowed:
@@ -245,6 +299,33 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
                 loaded = _rewritten(loaded, rewrites.expand_function_ops(loaded.proto, wanted))
                 done |= wanted
                 continue
+            # torch-mlir has no Scan (and what reads a Scan's results has no shape): one body per step
+            unrolled = rewrites.unroll_scans(loaded.proto)
+            if unrolled is not None:
+                loaded = _rewritten(loaded, unrolled)
+                continue
+            written = rewrites.write_out_ops(loaded.proto, {op for op, _ in e.ops})
+            if written is not None:  # optimizer and ML ops: their formulas in default-domain ops
+                loaded = _rewritten(loaded, written)
+                continue
+            resizes = rewrites.resize_as_linear_maps(loaded.proto) if any(op == "Resize" for op, _ in e.ops) else None
+            if resizes is not None:  # small Resize forms torch-mlir lacks: their linear maps
+                loaded = _rewritten(loaded, resizes)
+                continue
+            dfts = rewrites.dft_as_matmuls(loaded.proto) if any(op == "DFT" for op, _ in e.ops) else None
+            if dfts is not None:  # DFT as matrix products
+                loaded = _rewritten(loaded, dfts)
+                continue
+            cumprods = rewrites.expand_cumprods(loaded.proto) if any(op == "CumProd" for op, _ in e.ops) else None
+            if cumprods is not None:  # torch-mlir has no CumProd: a chain of products
+                loaded = _rewritten(loaded, cumprods)
+                continue
+            upgraded = None if upgraded_once else rewrites.upgrade_opset(loaded.proto)
+            upgraded_once = True
+            if upgraded is not None:  # an old opset: the newer forms torch-mlir lowers
+                before_upgrade = e
+                loaded = _rewritten(loaded, upgraded)
+                continue
             # a lowering that needs constant operands (axes, sizes, If conditions) computed by nodes
             changed = None
             if not folded:
@@ -252,8 +333,42 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
                 changed = rewrites.static_reduction_axes(changed or loaded.proto) or changed
                 folded = True
             if changed is None:
+                if before_upgrade is not None and {op for op, _ in e.ops} <= {op for op, _ in before_upgrade.ops}:
+                    raise before_upgrade from None  # the upgrade did not help: named at the model's own opset
                 raise
             loaded = _rewritten(loaded, changed)
+
+
+def shape_operand_inputs(model) -> list[str]:
+    """The names of the inputs of an ONNX model (path, ModelProto or OnnxModel) that are used
+    only as shape operands: compiling with example inputs binds them (``import_model``)."""
+    loaded = load_model(model, infer_shapes=False) if not isinstance(model, OnnxModel) else model
+    return rewrites.shape_operand_inputs(loaded.proto)
+
+
+def sequence_inputs(model) -> list[str]:
+    """The names of the sequence inputs of an ONNX model: compiling needs example inputs (their lengths)."""
+    loaded = load_model(model, infer_shapes=False) if not isinstance(model, OnnxModel) else model
+    return [v.name for v in loaded.proto.graph.input if v.name in loaded.input_names and rewrites.is_sequence_input(v)]
+
+
+def shape_operand_values(model, inputs) -> dict[str, np.ndarray]:
+    """The values ``inputs`` (one per input of the model) give its shape-operand inputs."""
+    loaded = load_model(model, infer_shapes=False) if not isinstance(model, OnnxModel) else model
+    given = dict(zip(loaded.input_names, inputs))
+    return {name: _host_array(given[name]) for name in rewrites.shape_operand_inputs(loaded.proto) if name in given}
+
+
+def _sequence_elem_type(value) -> int:
+    t = value.type.optional_type.elem_type if value.type.HasField("optional_type") else value.type
+    return t.sequence_type.elem_type.tensor_type.elem_type
+
+
+def _host_array(value) -> np.ndarray:
+    """An example input (numpy array or torch tensor) as a numpy array."""
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
 
 
 def _rewritten_for(loaded: OnnxModel, failed: str) -> tuple[OnnxModel, set[str]]:
@@ -265,6 +380,8 @@ def _rewritten_for(loaded: OnnxModel, failed: str) -> tuple[OnnxModel, set[str]]
     ops = {n.op_type for n in loaded.proto.graph.node
            if n.name in named and rewrites.has_function_body(loaded.proto, n.op_type)}
     changed = rewrites.static_reduction_axes(loaded.proto)
+    if any(n.op_type == "DFT" for n in loaded.proto.graph.node):  # IREE compiles no FFT
+        changed = rewrites.dft_as_matmuls(changed or loaded.proto) or changed
     if ops:
         changed = rewrites.expand_function_ops(changed or loaded.proto, ops)
         changed = _rewritten(loaded, changed).proto  # shapes of the expansion, for folding and axes
@@ -314,8 +431,9 @@ def _name_nodes(proto) -> None:
             node.name = f"{node.op_type}_{i}"
 
 
-def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS) -> None:
-    """Steps 3 and 4: onnx.* operators -> aten ops -> the torch backend contract."""
+def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS, bitcasts: bool = False) -> None:
+    """Steps 3 and 4: onnx.* operators -> aten ops -> the torch backend contract.
+    ``bitcasts``: ``BitCast`` (which torch-mlir's lowering lacks) becomes ``aten.view.dtype``."""
     try:
         _run(module, "builtin.module(func.func(convert-torch-onnx-to-torch))", loaded)
     except ImportError_ as e:
@@ -327,6 +445,8 @@ def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS) -
         raise UnsupportedOnnxOp(
             f"torch-mlir's ONNX lowering cannot convert ONNX op {failed[0]} (node '{node}') in this form at opset "
             f"{_opset(loaded.proto)}: {e.message.split(': ', 1)[-1]}", ops=[(failed[0], node)]) from e.__cause__
+    if bitcasts:
+        _bitcasts_as_view_dtype(module)
     left = unconverted_ops(module)
     if left:
         opset = _opset(loaded.proto)
@@ -367,6 +487,39 @@ def _layer_norms_whole(module: ir.Module) -> int:
                 norm = ir.Operation.create("torch.aten.layer_norm", results=[o.results[0].type],
                                            operands=[*o.operands[:5], false])
             o.results[0].replace_all_uses_with(norm.result)
+            o.erase()
+    return len(found)
+
+
+def _bitcasts_as_view_dtype(module: ir.Module) -> int:
+    """``torch.operator "onnx.BitCast"`` between element types of one width ->
+    ``aten.view.dtype`` (a reinterpretation of the bits, which IREE compiles). Returns how
+    many were rewritten."""
+    from cuvil_mlir.core.tensor_types import TORCH_DTYPE_CODE, parse_vtensor
+
+    widths = {"f64": 64, "si64": 64, "f32": 32, "si32": 32, "f16": 16, "bf16": 16, "si16": 16, "si8": 8, "ui8": 8, "i1": 8}
+    found = []
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    o = inner.operation
+                    if o.name == "torch.operator" and ir.StringAttr(o.attributes["name"]).value == "onnx.BitCast":
+                        source, result = parse_vtensor(str(o.operands[0].type)), parse_vtensor(str(o.results[0].type))
+                        if (source and result and result.dtype in TORCH_DTYPE_CODE
+                                and widths.get(source.dtype) == widths.get(result.dtype) is not None):
+                            found.append((o, TORCH_DTYPE_CODE[result.dtype]))
+                    visit(o)
+
+    visit(module.operation)
+    with module.context:
+        for o, code in found:
+            with ir.InsertionPoint(o), o.location:
+                dtype = ir.Operation.create("torch.constant.int", results=[ir.Type.parse("!torch.int")],
+                                            attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), code)}).result
+                view = ir.Operation.create("torch.aten.view.dtype", results=[o.results[0].type], operands=[o.operands[0], dtype])
+            o.results[0].replace_all_uses_with(view.result)
             o.erase()
     return len(found)
 
