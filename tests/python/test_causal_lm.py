@@ -158,7 +158,7 @@ def test_external_parameters_round_trip(arch, tmp_path):
         cuvil_mlir.load(path)
 
 
-def test_parameters_supplied_at_load(tmp_path):
+def test_parameters_supplied_at_load(tmp_path, capsys):
     """A causal LM saved without its weights loads with them supplied (the archive prefill and
     decode share), checked per key like any package; without them it is refused."""
     from cuvil_mlir.core.diagnostics import PackageError
@@ -180,6 +180,13 @@ def test_parameters_supplied_at_load(tmp_path):
     with torch.no_grad():
         expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
     assert torch.equal(loaded.generate(ids, max_new_tokens=12), expected)
+    from cuvil_mlir.cli import main
+
+    prompt = ";".join(",".join(map(str, row)) for row in ids.tolist())
+    assert main(["generate", str(path), "--parameters", str(weights), "--prompt-ids", prompt, "--max-new-tokens", "12",
+                 "--no-progress"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()[-BATCH:]
+    assert [list(map(int, r.split(","))) for r in rows] == expected.tolist()
     arrays = {k: np.asarray(v) for k, v in lm.parameters.arrays.items()}
     key = next(iter(arrays))
     wrong = {**arrays, key: arrays[key].astype(np.float16)}
