@@ -66,8 +66,6 @@ def add_parsers(sub, common) -> None:
 
 
 def _compile(args, parser) -> int:
-    from cuvil_mlir.compiler.pipeline import Options, compile_program
-
     if args.emit is None and not args.output:
         parser.error("compile needs -o OUT.cuvilpkg (or --emit STAGE to print IR)")
     params = args.params
@@ -79,23 +77,27 @@ def _compile(args, parser) -> int:
         if Path(args.save_parameters).resolve() == Path(args.output).resolve():
             parser.error("--save-parameters and -o name the same file")
         params = "external"
-    pattern_files, patterns = load_patterns(args.patterns)
-    options = Options(target=args.target, opt_level=args.opt_level, patterns=tuple(patterns),
-                      disabled_passes=tuple(args.disable_pass), precision=args.precision, params=params)
     require_file(args.model, "model file")  # before importing torch: a typo should not take seconds
     check_writable(args.output, args.save_parameters)
     quiet_torch_logs(args)
+    model = args.model
+    if not model.lower().endswith(".onnx"):  # importers/onnx.py is_onnx_model's rule for a path, without its imports
+        # loaded before the compiler's libraries (torch-mlir, IREE), its weights then mapped from
+        # the file: the peak of loading is torch's copy alone, and it is gone before compiling
+        from cuvil_mlir.compiler.importers import pt2
+
+        model = pt2.load(args.model)
+    from cuvil_mlir.compiler.pipeline import Options, compile_program
+
+    pattern_files, patterns = load_patterns(args.patterns)
+    options = Options(target=args.target, opt_level=args.opt_level, patterns=tuple(patterns),
+                      disabled_passes=tuple(args.disable_pass), precision=args.precision, params=params)
     try:
-        model = args.model
         if args.dynamic:  # the program exported again with these dims dynamic
             from cuvil_mlir.compiler.dynamic import with_dynamic_dims
-            from cuvil_mlir.compiler.importers.fx import load_exported_program
 
-            model = with_dynamic_dims(load_exported_program(args.model), args.dynamic)
+            model = with_dynamic_dims(model, args.dynamic)
         if needs_calibration(args):  # the program is loaded once, for the calibration and the compile
-            from cuvil_mlir.compiler.importers.fx import load_exported_program
-
-            model = model if not isinstance(model, str) else load_exported_program(args.model)
             options.calibration = read_calibration(args, model, model.example_inputs[0] if model.example_inputs else None,
                                                patterns=tuple(patterns), disabled_passes=tuple(args.disable_pass))
         if args.emit is not None:

@@ -366,6 +366,34 @@ def evaluate(recipe: dict, source) -> np.ndarray:
     return x[recipe["start"]:recipe["stop"]]  # rows
 
 
+# Files whose bytes some weights are views of (compiler/importers/pt2.py maps a .pt2's records):
+# the address a mapping starts at -> (its length, the file), while the mapping lives. The
+# archive writer copies such a weight from the file (runtime/session.py) instead of reading it
+# through the mapping, which would bring every page of it into this process.
+_MAPPED_FILES: dict[int, tuple[int, str]] = {}
+
+
+def register_mapped_file(mapping, path) -> None:
+    """Record that the read-only mmap ``mapping`` holds the whole file ``path`` (until it is freed)."""
+    import os
+    import weakref
+
+    start = np.frombuffer(mapping, np.uint8).__array_interface__["data"][0] if len(mapping) else 0
+    _MAPPED_FILES[start] = (len(mapping), os.fspath(path))
+    weakref.finalize(mapping, _MAPPED_FILES.pop, start, None)
+
+
+def file_region(array: np.ndarray) -> tuple[str, int] | None:
+    """(file, offset) when ``array`` is a C-contiguous view of a mapped file's bytes, else None."""
+    if not _MAPPED_FILES or not isinstance(array, np.ndarray) or not array.flags.c_contiguous or array.nbytes == 0:
+        return None
+    address = array.__array_interface__["data"][0]
+    for start, (length, path) in _MAPPED_FILES.items():
+        if start <= address and address + array.nbytes <= start + length:
+            return path, address - start
+    return None
+
+
 _active: contextvars.ContextVar[ParameterStore | None] = contextvars.ContextVar("cuvil_parameter_store", default=None)
 
 
