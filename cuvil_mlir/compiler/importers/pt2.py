@@ -46,12 +46,11 @@ def load(path: str | os.PathLike, *, mapped: bool = True):
 
 def map_weights(program, path) -> int:
     """Swap ``program``'s parameters (and buffers it never mutates) for read-only views of their
-    records in the ``.pt2`` at ``path``, each checked against the loaded tensor (dtype, layout,
-    record size, and its first and last bytes). Returns the bytes now mapped; a weight whose
+    records in the ``.pt2`` at ``path``, each checked against the loaded tensor (contiguous, the
+    record's size, its first, middle and last elements' bytes). Returns the bytes now mapped; a weight whose
     record cannot be matched (compressed, another layout, an older archive) keeps torch's copy."""
     import json
 
-    import numpy as np
     import torch
 
     from cuvil_mlir.core import params
@@ -81,7 +80,15 @@ def map_weights(program, path) -> int:
         return 0
     with open(path, "rb") as f:
         whole = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    params.register_mapped_file(whole, path)
+        params.register_mapped_file(whole, path)
+        return _swap(state, candidates, records, whole, f.fileno())
+
+
+def _swap(state: dict, candidates: dict, records: dict, whole: mmap.mmap, fd: int) -> int:
+    """Put views of ``whole`` in ``state`` for the ``candidates`` whose records match (read with
+    ``pread``: touching the mapping to check would bring its pages into this process)."""
+    import torch
+
     flat_views: dict[int, torch.Tensor] = {}  # record offset -> the record as one flat tensor (tied weights share it)
     mapped = {}  # record offset -> size (a record tied weights share counts once)
     for fqn, tensor in candidates.items():
@@ -95,9 +102,9 @@ def map_weights(program, path) -> int:
                 warnings.simplefilter("ignore", UserWarning)  # the mapping is read-only, as the weights are
                 flat = torch.frombuffer(whole, dtype=tensor.dtype, count=size // tensor.element_size(), offset=offset)
             flat_views[offset] = flat
-        view = flat.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
-        if not np.array_equal(_samples(tensor), _samples(view)):
+        if not all(os.pread(fd, len(want), offset + at) == want for at, want in _samples(tensor)):
             continue
+        view = flat.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
         state[fqn] = torch.nn.Parameter(view, requires_grad=tensor.requires_grad) if isinstance(tensor, torch.nn.Parameter) else view
         mapped[offset] = size
     return sum(mapped.values())
@@ -116,11 +123,11 @@ def _stored(z: zipfile.ZipFile, name: str) -> tuple[int, int] | None:
     return data_offset(z.fp, info.header_offset), info.file_size
 
 
-def _samples(tensor):
-    """The bytes of a contiguous tensor's first, middle and last elements: a check, reading three
-    pages, that a view is the record torch read."""
+def _samples(tensor) -> list[tuple[int, bytes]]:
+    """(byte offset in its storage, bytes) of a contiguous tensor's first, middle and last
+    elements: where the file's record must hold the same bytes."""
     import torch
 
     flat = tensor.detach().reshape(-1)
-    n = flat.numel()
-    return torch.stack([flat[0], flat[n // 2], flat[n - 1]]).view(torch.uint8).numpy()
+    n, size = flat.numel(), tensor.element_size()
+    return [((tensor.storage_offset() + i) * size, flat[i:i + 1].view(torch.uint8).numpy().tobytes()) for i in (0, n // 2, n - 1)]
