@@ -213,7 +213,7 @@ def _compile_with_cli(a, model, args, out: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="cuvil-params-") as tmp:
         pt2 = Path(a.package or tmp) / f"{a.model}.pt2"  # kept beside the package with --package
         torch.export.save(torch.export.export(model, args), pt2)
-        cmd = [sys.executable, "-c", _CLI, "compile", str(pt2), "-o", str(out), "--target", a.target,
+        cmd = [sys.executable, "-P", "-c", _CLI, "compile", str(pt2), "-o", str(out), "--target", a.target,
                "--precision", a.precision, "--params", a.params]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         tree = TreePeak(proc.pid)
@@ -225,6 +225,7 @@ def _compile_with_cli(a, model, args, out: Path) -> dict:
     return {"compile_s": round(result["seconds"], 1), "peak_rss_mib": round(result["peak_rss_mib"]), "peak_tree_mib": round(peak_tree)}
 
 
+# children run with -P: the current folder (a checkout) must not shadow --pythonpath
 _RUN = """
 import sys, numpy as np, cuvil_mlir
 m = cuvil_mlir.load(sys.argv[1], prefer=sys.argv[3])
@@ -238,7 +239,7 @@ def _run_package(path: Path, x, target: str):
 
     with tempfile.TemporaryDirectory(prefix="cuvil-params-") as tmp:
         np.save(Path(tmp) / "x.npy", x)
-        subprocess.run([sys.executable, "-c", _RUN, str(path), str(Path(tmp) / "x.npy"), target, str(Path(tmp) / "y.npy")],
+        subprocess.run([sys.executable, "-P", "-c", _RUN, str(path), str(Path(tmp) / "x.npy"), target, str(Path(tmp) / "y.npy")],
                        check=True)
         return np.load(Path(tmp) / "y.npy")
 
@@ -255,7 +256,7 @@ print(time.perf_counter() - t0)
 
 def _load_seconds(path: Path, verify: bool, target: str) -> float:
     """``cuvil_mlir.load`` in a fresh process (the page cache is warm: the file was just written)."""
-    done = subprocess.run([sys.executable, "-c", _LOAD, str(path), "1" if verify else "0", target],
+    done = subprocess.run([sys.executable, "-P", "-c", _LOAD, str(path), "1" if verify else "0", target],
                           capture_output=True, text=True, check=True)
     return round(float(done.stdout.strip().splitlines()[-1]), 2)
 

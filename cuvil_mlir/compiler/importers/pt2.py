@@ -8,6 +8,9 @@ it touches, not a second copy of the model. The archive writer copies a mapped w
 file (core/params.py ``file_region``, runtime/session.py ``write_parameter_archive``), so
 writing the archive reads no weight into memory either.
 
+The weights then share the file's pages: the ``.pt2`` must not be rewritten while the program
+(or a model compiled from it) is in use, as with any memory-mapped weights.
+
 Only this module's imports are light (torch, no torch-mlir or IREE): ``cuvil compile`` loads
 the program before the compiler's libraries, so the peak of loading is torch's alone.
 """
