@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from cuvil_mlir.cli.common import (
-    calibration_arguments, check_writable, load_patterns, needs_calibration, quiet_torch_logs, read_calibration, read_npy,
-    with_pattern_files, write_text,
+    calibration_arguments, check_writable, load_patterns, needs_calibration, parameters_argument, quiet_torch_logs,
+    read_calibration, read_npy, with_pattern_files, write_text,
 )
 from cuvil_mlir.core.diagnostics import CuvilError, InputError, require_file
 
@@ -32,6 +32,9 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--params", choices=("auto", "inline", "external"), default="auto",
                    help="weights inline in each module, or external: one parameter archive all targets share, mapped at load "
                    "(auto: external from 64 MiB of weights; docs/package-format.md)")
+    p.add_argument("--save-parameters", metavar="FILE.irpa",
+                   help="write the external parameters to FILE.irpa and the package without them (a big model's "
+                   "modules travel alone; load with --parameters FILE.irpa); --params auto becomes external")
     p.add_argument("--emit", metavar="STAGE", help="print the IR after STAGE (torch, cuvil, fused, precision, lowered) instead of compiling")
     p.add_argument("--elide-weights", action=argparse.BooleanOptionalAction, default=None,
                    help="with --emit: hide large constants (default: on for stdout, off for -o)")
@@ -52,6 +55,7 @@ def add_parsers(sub, common) -> None:
                    "(specs or kinds, comma-separated; default: the package's order)")
     p.add_argument("--output", "-o", action="append", default=[], metavar="Y.npy",
                    help="where to write an output, in order (one per output; default: print a summary)")
+    parameters_argument(p)
     p.set_defaults(command=_run)
 
     p = sub.add_parser("inspect", parents=[common], help="show what a .cuvilpkg holds",
@@ -62,27 +66,38 @@ def add_parsers(sub, common) -> None:
 
 
 def _compile(args, parser) -> int:
-    from cuvil_mlir.compiler.pipeline import Options, compile_program
-
     if args.emit is None and not args.output:
         parser.error("compile needs -o OUT.cuvilpkg (or --emit STAGE to print IR)")
+    params = args.params
+    if args.save_parameters:
+        if args.emit is not None:
+            parser.error("--save-parameters writes a compiled package's parameters: not with --emit")
+        if params == "inline":
+            parser.error("--save-parameters needs external parameters: not with --params inline")
+        if Path(args.save_parameters).resolve() == Path(args.output).resolve():
+            parser.error("--save-parameters and -o name the same file")
+        params = "external"
+    require_file(args.model, "model file")  # before importing torch: a typo should not take seconds
+    check_writable(args.output, args.save_parameters)
+    quiet_torch_logs(args)
+    model = args.model
+    if not model.lower().endswith(".onnx"):  # importers/onnx.py is_onnx_model's rule for a path, without its imports
+        # loaded before the compiler's libraries (torch-mlir, IREE), its weights then mapped from
+        # the file: the peak of loading is torch's copy alone, and it is gone before compiling
+        from cuvil_mlir.compiler.importers import pt2
+
+        model = pt2.load(args.model)
+    from cuvil_mlir.compiler.pipeline import Options, compile_program
+
     pattern_files, patterns = load_patterns(args.patterns)
     options = Options(target=args.target, opt_level=args.opt_level, patterns=tuple(patterns),
-                      disabled_passes=tuple(args.disable_pass), precision=args.precision, params=args.params)
-    require_file(args.model, "model file")  # before importing torch: a typo should not take seconds
-    check_writable(args.output)
-    quiet_torch_logs(args)
+                      disabled_passes=tuple(args.disable_pass), precision=args.precision, params=params)
     try:
-        model = args.model
         if args.dynamic:  # the program exported again with these dims dynamic
             from cuvil_mlir.compiler.dynamic import with_dynamic_dims
-            from cuvil_mlir.compiler.importers.fx import load_exported_program
 
-            model = with_dynamic_dims(load_exported_program(args.model), args.dynamic)
+            model = with_dynamic_dims(model, args.dynamic)
         if needs_calibration(args):  # the program is loaded once, for the calibration and the compile
-            from cuvil_mlir.compiler.importers.fx import load_exported_program
-
-            model = model if not isinstance(model, str) else load_exported_program(args.model)
             options.calibration = read_calibration(args, model, model.example_inputs[0] if model.example_inputs else None,
                                                patterns=tuple(patterns), disabled_passes=tuple(args.disable_pass))
         if args.emit is not None:
@@ -100,12 +115,19 @@ def _compile(args, parser) -> int:
         if "warnings above" in e.message and not getattr(args, "verbose", False):
             e.message += " (rerun with --verbose to see them)"
         raise with_pattern_files(e, pattern_files) from e
-    compiled.save(args.output)
-    _print_compile_summary(args.model, args.output, compiled.metadata)
+    if args.save_parameters:
+        if compiled.parameters is None or not len(compiled.parameters.arrays):  # an ONNX model; or only small constants
+            raise CuvilError(f"{args.model}: no weight became an external parameter (ONNX weights stay inline, and "
+                             "tensors under 4 KiB stay in the modules): --save-parameters has nothing to write")
+        compiled.save(args.output, parameters="none")
+        compiled.save_parameters(args.save_parameters)
+    else:
+        compiled.save(args.output)
+    _print_compile_summary(args.model, args.output, compiled.metadata, args.save_parameters)
     return 0
 
 
-def _print_compile_summary(model: str, output: str, meta: dict) -> None:
+def _print_compile_summary(model: str, output: str, meta: dict, parameters: str | None = None) -> None:
     from cuvil_mlir.runtime.signature import Signature
 
     seconds = meta.get("compile_seconds", {})
@@ -117,6 +139,10 @@ def _print_compile_summary(model: str, output: str, meta: dict) -> None:
     print(f"  signature:  {_describe_signature(Signature.from_json(meta['signature']))}")
     print(f"  patterns:   {_describe_fired(meta.get('patterns_fired', {}))}{first}")
     print(f"  seconds:    {sum(seconds.values()):.2f} ({stages})")
+    if parameters:
+        p = meta["parameters"]
+        print(f"  parameters: {parameters} ({p['count']} tensors, {_size(Path(parameters).stat().st_size)}); "
+              f"load with --parameters {parameters}")
 
 
 def _run(args, parser) -> int:
@@ -126,7 +152,7 @@ def _run(args, parser) -> int:
     from cuvil_mlir.core.diagnostics import PackageError
 
     try:
-        compiled = load(args.package, prefer=args.target)
+        compiled = load(args.package, prefer=args.target, parameters=args.parameters)
     except (KeyError, TypeError, ValueError) as e:  # metadata.json parses but its signature does not
         raise PackageError(f"{args.package} is corrupt: malformed signature in metadata.json ({type(e).__name__}: {e})") from e
     n_out = len(compiled.boundary.outputs)  # the model's output leaves (not state updates or write-backs)

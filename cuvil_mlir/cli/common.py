@@ -104,6 +104,13 @@ def timing_arguments(p, *, repetitions: int, min_time: float, max_time: float) -
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
+def parameters_argument(p) -> None:
+    """``--parameters FILE.irpa`` for a command that loads a package."""
+    p.add_argument("--parameters", metavar="FILE.irpa",
+                   help="the weights of a package saved without them (cuvil compile --save-parameters): an IREE parameter "
+                   "archive, checked against the keys, shapes and dtypes the package's modules need")
+
+
 def non_negative(kind):
     def parse(text: str):
         value = kind(text)

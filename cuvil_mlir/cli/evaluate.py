@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from cuvil_mlir.cli.common import (
-    calibration_arguments, check_writable, is_model_spec, load_patterns, model_spec, needs_calibration, positive,
-    quiet_torch_logs, read_calibration, read_npy, stdout_console, timing_arguments,
+    calibration_arguments, check_writable, is_model_spec, load_patterns, model_spec, needs_calibration, parameters_argument,
+    positive, quiet_torch_logs, read_calibration, read_npy, stdout_console, timing_arguments,
 )
 from cuvil_mlir.core.diagnostics import CuvilError, InputError
 
@@ -57,6 +57,7 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--json", metavar="OUT.json", help="write the result as JSON (schema: docs/harness.md)")
     p.add_argument("--io", choices=("host", "device"), default="host", help="host: numpy in and out (default); device: "
                    "torch CUDA tensors in and out, no host copy (a cuda target)")
+    parameters_argument(p)
     timing_arguments(p, repetitions=100, min_time=1.0, max_time=30.0)
     p.set_defaults(command=_bench)
 
@@ -159,7 +160,7 @@ def _bench(args, parser) -> int:
     check_writable(args.json)
     result = bench_package(args.package, inputs, prefer=args.target, repetitions=args.repetitions, warmup=args.warmup,
                            min_time=args.min_time, max_time=args.max_time, input_sets=args.input_sets, seed=args.seed,
-                           progress=not args.quiet, io=args.io)
+                           progress=not args.quiet, io=args.io, parameters=args.parameters)
     lat = result["latency"]
     table = Table(title=Text(f"{args.package}: latency in ms"), title_justify="left")
     for name in ("target", "driver", "first call", "median", "p10-p90", "mean", "min", "reps"):

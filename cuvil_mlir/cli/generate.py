@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cuvil_mlir.cli.common import parameters_argument
 from cuvil_mlir.core.diagnostics import InputError
 
 
@@ -20,6 +21,7 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--seed", type=int, default=0, help="the sampling seed (default 0)")
     p.add_argument("--target", metavar="TARGETS", help="which of the package's targets to run on, in preference order")
     p.add_argument("--no-progress", action="store_true", help="print only the result")
+    parameters_argument(p)
     p.set_defaults(command=_generate)
 
 
@@ -39,7 +41,7 @@ def _generate(args, parser) -> int:
     from cuvil_mlir import load
     from cuvil_mlir.runtime.generation import CausalLM
 
-    lm = load(args.package, prefer=args.target)
+    lm = load(args.package, prefer=args.target, parameters=args.parameters)
     if not isinstance(lm, CausalLM):
         raise InputError(f"{args.package} is not a causal LM's package (compile it with cuvil_mlir.compile_causal_lm)")
     ids = torch.tensor(parse_prompt_ids(args.prompt_ids), dtype=torch.int64)

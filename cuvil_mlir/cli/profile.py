@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cuvil_mlir.cli.common import parameters_argument
 from cuvil_mlir.core.diagnostics import CuvilError, ImportError_, InputError
 
 
@@ -36,6 +37,7 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--limit", type=int, default=25, metavar="N", help="rows shown in the table and the chart (default: 25)")
     p.add_argument("--json", metavar="OUT.json", help="write the profile as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="write a bar chart of the slowest dispatches")
+    parameters_argument(p)
     p.set_defaults(command=run)
 
 
@@ -44,6 +46,8 @@ def run(args, parser) -> int:
     for out in (args.json, args.plot, args.build_only):
         if out and not Path(out).parent.exists():
             raise CuvilError(f"cannot write {out}: folder {Path(out).parent} does not exist")
+    if args.parameters and not args.model.endswith(".cuvilpkg"):
+        raise InputError("--parameters supplies the weights of a package (.cuvilpkg) saved without them")
     if args.model.endswith(".json"):
         prof = profile.load_profile(args.model)
     elif args.model.endswith(".cuvilpkg"):
@@ -81,7 +85,7 @@ def _profile_package(args) -> dict:
     from cuvil_mlir.eval import profiler as profile
     if not Path(args.model).exists():
         raise CuvilError(f"package not found: {args.model}")
-    compiled = load(args.model, prefer=args.target)
+    compiled = load(args.model, prefer=args.target, parameters=args.parameters)
     return profile.profile_compiled(compiled, _inputs(args), repetitions=args.repetitions, iterations=args.iterations,
                                     runtime_flags=tuple(args.runtime_flag), model=Path(args.model).name)
 

@@ -127,7 +127,7 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
 
     metadata = _metadata(signature, built, options, import_seconds)
     used = set().union(*(result.parameters for result in built))
-    parameters = None if store is None else Parameters.in_memory(store.subset(used).arrays, abstract=bool(store.abstract & used))
+    parameters = None if store is None else Parameters.in_memory(store.arrays_for(used), abstract=bool(store.abstract & used))
     if parameters is not None:
         metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes,
                                   **params.describe(store, used)}
@@ -200,9 +200,10 @@ def compile_functions(programs: dict, options: Options, *, entry: str, emit: str
         raise CuvilError(f"unknown stage '{emit}'; stages: {', '.join(stage_names(options.target)[:-1])}")
     metadata = {**_metadata(signature, built, options, import_seconds), "function": entry}
     used = set().union(*(result.parameters for result in built))
-    parameters = None if store is None else Parameters.in_memory(store.subset(used).arrays)
+    parameters = None if store is None else Parameters.in_memory(store.arrays_for(used), abstract=bool(store.abstract & used))
     if parameters is not None:
-        metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes}
+        metadata["parameters"] = {"count": len(parameters.arrays), "weight_bytes": parameters.nbytes,
+                                  **params.describe(store, used)}
     return [b.module for b in built], metadata, parameters
 
 

@@ -29,6 +29,7 @@ import contextlib
 import contextvars
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -64,11 +65,17 @@ def resolve_mode(params: str, weight_bytes: int) -> str:
 
 @dataclass
 class ParameterStore:
-    """key -> numpy array (C-contiguous, the weight's own dtype; bfloat16 as ml_dtypes)."""
+    """key -> numpy array (C-contiguous, the weight's own dtype; bfloat16 as ml_dtypes).
+
+    A weight a pass derives with a recipe (a rearrangement of other parameters: Q/K/V rows
+    concatenated, a cast to fp16) is not held: ``computed`` keeps its shape and dtype, and
+    reading it replays the recipe (``get``), so a compile holds the source weights (views of
+    the model's own tensors) and no second copy of them."""
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     recipes: dict[str, dict] = field(default_factory=dict)  # derived key -> how it is computed from others
     abstract: set[str] = field(default_factory=set)  # keys with a shape and dtype but no data (stub weights)
+    computed: dict[str, tuple[tuple[int, ...], np.dtype]] = field(default_factory=dict)  # derived keys not held
 
     def add(self, key: str, array: np.ndarray) -> str:
         self.arrays[key] = np.ascontiguousarray(array)
@@ -78,25 +85,45 @@ class ParameterStore:
         """Store a weight a pass computed, under a key made from its bytes, dtype, shape and
         ``recipe`` (how it is computed from other parameters, ``evaluate``; None when it is not
         a rearrangement): two weights with equal bytes but different sources (norm weights
-        that are all ones) keep separate keys, so they can be rebuilt from other values."""
+        that are all ones) keep separate keys, so they can be rebuilt from other values.
+        With a recipe that replays ``array`` bit for bit, only the recipe is kept (``computed``);
+        one that gives other bytes is dropped and the array held (``generate`` then refuses the
+        key); one whose sources this store lacks is kept, with the array."""
         array = np.ascontiguousarray(array)
         if recipe is None and self.abstract and array.dtype.kind == "f" and np.isnan(array).any():
             from cuvil_mlir.core.diagnostics import CuvilError
 
             raise CuvilError("a pass computed a weight from the values of stub weights (no data; core/params.py "
                              "stub_weights): it cannot be rebuilt from them; compile this model with real weights")
+        replays = None if recipe is None or recipe_keys(recipe) & self.abstract else self._replays(recipe, array)
+        if replays is False:
+            recipe = None
         digest = hashlib.blake2b(memoryview(array.reshape(-1).view(np.uint8)), digest_size=12)
         digest.update(f"{array.dtype.str}{array.shape}".encode())
         if recipe is not None:
             digest.update(json.dumps(recipe, sort_keys=True).encode())
         key = f"derived.{digest.hexdigest()}"
-        if recipe is not None and recipe_keys(recipe) & self.abstract:
-            self.abstract.add(key)  # computed from stubs: keep its shape, not its (meaningless) bytes
-            array = _placeholder(array.shape, array.dtype)
-        self.add(key, array)
+        if key in self.arrays or key in self.computed:
+            return key
         if recipe is not None:
-            self.recipes.setdefault(key, recipe)
+            self.recipes[key] = recipe
+        if replays:
+            self.computed[key] = (array.shape, array.dtype)
+        elif recipe is not None and recipe_keys(recipe) & self.abstract:
+            self.abstract.add(key)  # computed from stubs: keep its shape, not its (meaningless) bytes
+            self.arrays[key] = _placeholder(array.shape, array.dtype)
+        else:
+            self.add(key, array)
         return key
+
+    def _replays(self, recipe: dict, array: np.ndarray) -> bool | None:
+        """Whether ``recipe`` computes ``array``'s exact bytes here; None when this store
+        lacks a parameter it reads."""
+        if any(k not in self.arrays and k not in self.computed for k in recipe_keys(recipe)):
+            return None
+        again = np.ascontiguousarray(evaluate(recipe, self.get))
+        return again.shape == array.shape and again.dtype == array.dtype and \
+            np.array_equal(again.reshape(-1).view(np.uint8), array.reshape(-1).view(np.uint8))
 
     def add_abstract(self, key: str, shape, dtype) -> str:
         """A parameter known by its shape and dtype only (a stub weight): passes read it as NaN
@@ -107,15 +134,91 @@ class ParameterStore:
         return key
 
     def get(self, key: str) -> np.ndarray | None:
+        """The array of ``key`` (a ``computed`` one evaluated now, not kept), or None."""
+        if key in self.computed:
+            return evaluate(self.recipes[key], self._source)
         return self.arrays.get(key)
 
-    def subset(self, keys) -> "ParameterStore":
+    def _source(self, key: str) -> np.ndarray:
+        array = self.get(key)
+        if array is None:
+            raise KeyError(key)
+        return array
+
+    def shape_dtype(self, key: str) -> tuple[tuple[int, ...], np.dtype]:
+        if key in self.computed:
+            return self.computed[key]
+        return self.arrays[key].shape, self.arrays[key].dtype
+
+    def arrays_for(self, keys) -> "ParameterArrays":
+        """``keys`` as a mapping key -> array (what a compiled program keeps): held arrays as
+        they are, computed ones with their recipes and the arrays those read."""
         keys = sorted(keys)
-        return ParameterStore({k: self.arrays[k] for k in keys}, {k: self.recipes[k] for k in keys if k in self.recipes},
-                              self.abstract & set(keys))
+        lazy = {k: (self.recipes[k], *self.computed[k]) for k in keys if k in self.computed}
+        sources: dict[str, np.ndarray] = {}
+        pending = set().union(*(recipe_keys(r) for r, _, _ in lazy.values()))
+        while pending:
+            key = pending.pop()
+            if key in self.computed:
+                lazy.setdefault(key, (self.recipes[key], *self.computed[key]))
+                pending |= recipe_keys(self.recipes[key]) - sources.keys()
+            elif key not in sources:
+                sources[key] = self.arrays[key]
+        return ParameterArrays({k: self.arrays[k] for k in keys if k not in lazy}, lazy, sources, keys)
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays.values())
+        return sum(a.nbytes for a in self.arrays.values()) + \
+            sum(int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize for s, d in self.computed.values())
+
+
+class ParameterArrays(Mapping):
+    """key -> numpy array of a compiled program's parameters. A derived weight with a recipe
+    is computed each time it is read (``lazy``: key -> (recipe, shape, dtype)) from ``sources``
+    (views of the model's weights): iterating ``items()`` holds one such array at a time, so
+    writing an archive needs no copy of all of them."""
+
+    def __init__(self, held: dict[str, np.ndarray], lazy: dict[str, tuple] | None = None,
+                 sources: dict[str, np.ndarray] | None = None, order=None):
+        self._held = held
+        self._lazy = lazy or {}
+        self._sources = sources or {}
+        self._keys = list(order) if order is not None else [*held, *self._lazy]
+        self._keyset = set(self._keys)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key in self._held:
+            return self._held[key]
+        return evaluate(self._lazy[key][0], self._source)  # KeyError for a key it does not have
+
+    def _source(self, key: str) -> np.ndarray:
+        if key in self._sources:
+            return self._sources[key]
+        if key in self._lazy or key in self._held:
+            return self[key]
+        raise KeyError(f"a parameter recipe reads '{key}', which the compiled program does not hold")
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key) -> bool:
+        return key in self._keyset
+
+    def is_computed(self, key: str) -> bool:
+        """Whether reading ``key`` computes its array (it is not held)."""
+        return key not in self._held
+
+    def shape_dtype(self, key: str) -> tuple[tuple[int, ...], np.dtype]:
+        if key in self._held:
+            return self._held[key].shape, self._held[key].dtype
+        _, shape, dtype = self._lazy[key]
+        return tuple(shape), np.dtype(dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(np.prod(s, dtype=np.int64)) * d.itemsize for s, d in map(self.shape_dtype, self._keys))
 
 
 def _placeholder(shape, dtype) -> np.ndarray:
@@ -155,7 +258,8 @@ def describe(store: ParameterStore, used) -> dict:
     read and the modules do not (Q, K and V once concatenated): with both, every entry can be
     rebuilt from source weights (runtime/parameters.py ``generate``)."""
     def shape_dtype(key):
-        return {"shape": list(store.arrays[key].shape), "dtype": dtype_name(store.arrays[key].dtype)}
+        shape, dtype = store.shape_dtype(key)
+        return {"shape": list(shape), "dtype": dtype_name(dtype)}
 
     entries = {}
     for key in sorted(used):
@@ -260,6 +364,34 @@ def evaluate(recipe: dict, source) -> np.ndarray:
     if op == "reshape":
         return np.ascontiguousarray(x).reshape(recipe["shape"])
     return x[recipe["start"]:recipe["stop"]]  # rows
+
+
+# Files whose bytes some weights are views of (compiler/importers/pt2.py maps a .pt2's records):
+# the address a mapping starts at -> (its length, the file), while the mapping lives. The
+# archive writer copies such a weight from the file (runtime/session.py) instead of reading it
+# through the mapping, which would bring every page of it into this process.
+_MAPPED_FILES: dict[int, tuple[int, str]] = {}
+
+
+def register_mapped_file(mapping, path) -> None:
+    """Record that the read-only mmap ``mapping`` holds the whole file ``path`` (until it is freed)."""
+    import os
+    import weakref
+
+    start = np.frombuffer(mapping, np.uint8).__array_interface__["data"][0] if len(mapping) else 0
+    _MAPPED_FILES[start] = (len(mapping), os.fspath(path))
+    weakref.finalize(mapping, _MAPPED_FILES.pop, start, None)
+
+
+def file_region(array: np.ndarray) -> tuple[str, int] | None:
+    """(file, offset) when ``array`` is a C-contiguous view of a mapped file's bytes, else None."""
+    if not _MAPPED_FILES or not isinstance(array, np.ndarray) or not array.flags.c_contiguous or array.nbytes == 0:
+        return None
+    address = array.__array_interface__["data"][0]
+    for start, (length, path) in _MAPPED_FILES.items():
+        if start <= address and address + array.nbytes <= start + length:
+            return path, address - start
+    return None
 
 
 _active: contextvars.ContextVar[ParameterStore | None] = contextvars.ContextVar("cuvil_parameter_store", default=None)

@@ -19,16 +19,17 @@ BENCH_SCHEMA = "cuvil-bench"
 
 def bench_package(path: str | os.PathLike, inputs=None, *, prefer=None, repetitions: int = 100, warmup: int = 5,
                   min_time: float = 1.0, max_time: float = 30.0, input_sets: int = 3, seed: int = 0,
-                  progress: bool = False, io: str = "host") -> dict:
+                  progress: bool = False, io: str = "host", parameters=None) -> dict:
     """Time a ``.cuvilpkg`` on the first of its targets (in ``prefer`` order) that runs here.
     Without ``inputs``, random inputs are generated from the package's signature. ``io``: the
     path a call's tensors take, ``host`` (numpy in, numpy out) or ``device`` (torch tensors on
     the GPU in and out: cuvil_mlir/runtime/device_resident.py). Returns the JSON-able result
-    (docs/harness.md, "cuvil bench")."""
+    (docs/harness.md, "cuvil bench"). ``parameters``: the weights of a package saved without them
+    (``cuvil_mlir.load``)."""
     from cuvil_mlir.runtime.compiled import load
 
     settings = TimingSettings(repetitions, warmup, min_time, max_time, 1, input_sets)
-    compiled = load(path, prefer=prefer)
+    compiled = load(path, prefer=prefer, parameters=parameters)
     sets, info, notes = package_input_sets(compiled.user_signature, inputs, settings.input_sets, seed)
     compiled.user_signature.check(list(sets[0]))
     sets = _on_device(sets, io, compiled)

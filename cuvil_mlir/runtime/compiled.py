@@ -206,7 +206,9 @@ def _as_caller(spec: TensorSpec, leaf) -> TensorSpec:
     return TensorSpec(spec.shape, leaf.dtype) if leaf.dtype else spec
 
 
-def _supplied(path, metadata: dict, value) -> Parameters:
+def supplied_parameters(path, metadata: dict, value) -> Parameters:
+    """``load(..., parameters=value)`` of the package at ``path``: ``value`` checked against the
+    entries its metadata records (runtime/parameters.py ``supplied``)."""
     from cuvil_mlir.runtime.parameters import supplied
 
     entry = metadata.get("parameters")
@@ -252,7 +254,7 @@ def from_package(path, metadata: dict, modules: list[package.PackagedModule], pr
     """The CompiledModel of a package already read, loaded on its first usable target."""
     state = [_boundary.state_from_bytes(package.read_file(path, s["file"], s["sha256"]), s["name"]) for s in metadata.get("state", ())]
     if parameters is not None:
-        parameters = _supplied(path, metadata, parameters)
+        parameters = supplied_parameters(path, metadata, parameters)
     else:
         parameters = package.read_parameters(path, metadata)
     if parameters is not None and parameters.arrays is None and parameters.sha256:

@@ -20,7 +20,7 @@ import numpy as np
 
 from cuvil_mlir.core.diagnostics import CuvilError, InputError, PackageError
 from cuvil_mlir.runtime import package
-from cuvil_mlir.runtime.compiled import CompiledModel, from_package
+from cuvil_mlir.runtime.compiled import CompiledModel, from_package, supplied_parameters
 
 
 class CausalLM(CompiledModel):
@@ -152,11 +152,11 @@ def load(path, prefer=None, *, verify: bool = True, parameters=None):
     metadata, modules = package.read(path)
     if "causal_lm" not in metadata:
         return from_package(path, metadata, modules, prefer, verify=verify, parameters=parameters)
-    if parameters is not None:
-        raise CuvilError("parameters= is not supported for a causal LM's package yet: its parameter archive is "
-                         "read from the package itself")
-    parameters = package.read_parameters(path, metadata)
-    if parameters is not None:
+    if parameters is not None:  # supplied: checked per key against what the prefill and decode functions read
+        parameters = supplied_parameters(path, metadata, parameters)
+    else:
+        parameters = package.read_parameters(path, metadata)
+    if parameters is not None and parameters.arrays is None and parameters.sha256:
         parameters.view()  # maps it: a truncated file fails here
         if verify:
             parameters.verify()

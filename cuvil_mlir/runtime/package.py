@@ -119,7 +119,7 @@ def read_parameters(path: str | os.PathLike, meta: dict) -> Parameters | None:
     if entry.get("file", "") is None:
         raise PackageError(f"{path} was saved without its parameters ({entry.get('count', '?')} weights, "
                            f"{entry.get('weight_bytes', 0) / 2**20:.0f} MiB): pass them to load, "
-                           f"e.g. cuvil_mlir.load(path, parameters='model.irpa')")
+                           f"e.g. cuvil_mlir.load(path, parameters='model.irpa'), or --parameters model.irpa on the command line")
     try:
         name, size, digest = entry["file"], int(entry["bytes"]), str(entry["sha256"])
     except (KeyError, TypeError, ValueError) as e:

@@ -15,24 +15,26 @@ from __future__ import annotations
 import hashlib
 import mmap
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from cuvil_mlir.core.diagnostics import PackageError
-from cuvil_mlir.core.params import entry_tag
+from cuvil_mlir.core.params import ParameterArrays, entry_tag
 
 SCOPE = "model"  # the scope the compiler writes (cuvil_mlir/core/params.py SCOPE)
 ARCHIVE_NAME = "parameters/model.irpa"
 ALIGNMENT = 4096  # where the archive starts in a package: a page, so it maps without a copy
+COPY_CHUNK = 4 << 20  # how much of an archive is in memory at once while it is copied into a package
 
 
 @dataclass
 class Parameters:
     """In memory (``arrays``) or an archive of ``length`` bytes at ``offset`` in ``path``."""
 
-    arrays: dict[str, np.ndarray] | None = None
+    arrays: Mapping[str, np.ndarray] | None = None  # a dict, or core/params.py ParameterArrays (computes derived ones when read)
     path: Path | None = None
     offset: int = 0
     length: int = 0
@@ -42,8 +44,8 @@ class Parameters:
     _map: mmap.mmap | None = field(default=None, repr=False)
 
     @classmethod
-    def in_memory(cls, arrays: dict[str, np.ndarray], abstract: bool = False) -> "Parameters":
-        return cls(arrays=dict(arrays), abstract=abstract)
+    def in_memory(cls, arrays: Mapping[str, np.ndarray], abstract: bool = False) -> "Parameters":
+        return cls(arrays=arrays if isinstance(arrays, ParameterArrays) else dict(arrays), abstract=abstract)
 
     def require_values(self) -> None:
         if self.abstract:
@@ -52,7 +54,11 @@ class Parameters:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays.values()) if self.arrays is not None else self.length
+        if self.arrays is None:
+            return self.length
+        if isinstance(self.arrays, ParameterArrays):
+            return self.arrays.nbytes  # without computing the derived ones
+        return sum(a.nbytes for a in self.arrays.values())
 
     def view(self) -> memoryview:
         """The archive's bytes, mapped read-only (mapped once, kept while this object lives)."""
@@ -81,18 +87,19 @@ class Parameters:
         digest = hashlib.sha256()
         if self.arrays is None:
             data = self.view()
-            for start in range(0, len(data), 64 << 20):
-                out.write(data[start:start + (64 << 20)])
-                digest.update(data[start:start + (64 << 20)])
+            for start in range(0, len(data), COPY_CHUNK):
+                out.write(data[start:start + COPY_CHUNK])
+                digest.update(data[start:start + COPY_CHUNK])
             return digest.hexdigest()
         from cuvil_mlir.runtime import session
 
         try:
             session.write_parameter_archive(self.arrays, scratch)
+            chunk = bytearray(COPY_CHUNK)  # one buffer, reused: the copy holds COPY_CHUNK bytes at most
             with open(scratch, "rb") as f:
-                while chunk := f.read(64 << 20):
-                    out.write(chunk)
-                    digest.update(chunk)
+                while n := f.readinto(chunk):
+                    out.write(memoryview(chunk)[:n])
+                    digest.update(memoryview(chunk)[:n])
         finally:
             scratch.unlink(missing_ok=True)
         return digest.hexdigest()

@@ -349,16 +349,55 @@ def _bytes_view(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
-def write_parameter_archive(arrays: dict[str, np.ndarray], path) -> None:
+def write_parameter_archive(arrays, path) -> None:
     """An IREE parameter archive (``.irpa``) at ``path`` holding ``key -> array bytes``;
-    IREE's writer streams the buffers to the file (no copy of them in memory)."""
+    IREE's writer streams the buffers to the file (no copy of them in memory). Weights that
+    ``arrays`` computes when read (core/params.py ParameterArrays: derived ones with a recipe)
+    are computed one at a time into a spill file beside ``path``, which IREE copies from: the
+    writer never holds all of them at once. A weight that is a view of a mapped file (a .pt2's
+    record, core/params.py ``file_region``) is copied from that file, not read through the mapping."""
+    from pathlib import Path
+
+    import contextlib
+
+    from cuvil_mlir.core import params
     from cuvil_mlir.core.params import entry_tag
 
     rt = _runtime()
     index = rt.ParameterIndex()
-    for key, array in arrays.items():
-        index.add_buffer(key, _bytes_view(array), metadata=entry_tag(array.shape, array.dtype))
-    index.create_archive_file(str(path))
+    is_computed = getattr(arrays, "is_computed", None)
+    computed = [key for key in arrays if is_computed is not None and is_computed(key)]
+    spill_path = Path(f"{path}.computed")
+    try:
+        with open(spill_path, "w+b") as spill:
+            placed = {}  # key -> (offset, length, metadata) in the spill file
+            for key in computed:
+                array = arrays[key]
+                placed[key] = (spill.tell(), array.nbytes, entry_tag(array.shape, array.dtype))
+                spill.write(_bytes_view(array).data)
+                del array
+            spill.flush()
+            handle = rt.FileHandle.wrap_fd(spill.fileno()) if placed else None
+            with contextlib.ExitStack() as files:
+                handles = {}  # a mapped file's path -> its IREE file handle
+                for key in arrays:
+                    if key in placed:
+                        offset, length, tag = placed[key]
+                        index.add_from_file_handle(key, handle, length, offset, metadata=tag)
+                        continue
+                    array = arrays[key]
+                    tag = entry_tag(array.shape, array.dtype)
+                    region = params.file_region(array)
+                    if region is None:
+                        index.add_buffer(key, _bytes_view(array), metadata=tag)
+                        continue
+                    if region[0] not in handles:
+                        handles[region[0]] = rt.FileHandle.wrap_fd(files.enter_context(open(region[0], "rb")).fileno())
+                    index.add_from_file_handle(key, handles[region[0]], array.nbytes, region[1], metadata=tag)
+                index.create_archive_file(str(path))
+                del index, handle, handles
+    finally:
+        spill_path.unlink(missing_ok=True)
 
 
 def archive_entries(path) -> dict[str, tuple[int, str]]:

@@ -35,6 +35,9 @@ patterns = PatternSet("fuse-conv-bn", description="conv2d + per-channel affine c
 _BINARY = ("torch.aten.add.Tensor", "torch.aten.sub.Tensor", "torch.aten.mul.Tensor", "torch.aten.div.Tensor")
 _SCALAR = ("torch.aten.add.Scalar", "torch.aten.sub.Scalar", "torch.aten.mul.Scalar", "torch.aten.div.Scalar")
 _CHAIN_OPS = _BINARY + _SCALAR + CASTS
+_RESHAPES = ("torch.aten.unsqueeze", "torch.aten.view", "torch.aten.reshape", "torch.aten.squeeze.dim")
+_UNARY = ("torch.aten.sqrt", "torch.aten.rsqrt", "torch.aten.reciprocal", "torch.aten.neg")
+_FOLDED = _RESHAPES + _UNARY + CASTS + _SCALAR + _BINARY  # the ops constant_value folds
 
 
 def _round_to(array, dtype: str):
@@ -55,13 +58,15 @@ def constant_value(value, depth: int = 0):
         return np.asarray(array).astype(np.float64)
     if name == "torch.vtensor.literal" or len(op.operands) == 0:
         return None  # unreadable: a literal it cannot read, a parameter without data (stub weights)
+    if name not in _FOLDED:
+        return None  # decided before reading the operand: it may be a large weight (an embedding table)
     args = [constant_value(v, depth + 1) if info(v) is not None else None for v in op.operands[:1]]
     if args[0] is None:
         return None
     x = args[0]
-    if name in ("torch.aten.unsqueeze", "torch.aten.view", "torch.aten.reshape", "torch.aten.squeeze.dim"):
+    if name in _RESHAPES:
         out = x.reshape(t.shape) if min(t.shape, default=0) >= 0 else None
-    elif name in ("torch.aten.sqrt", "torch.aten.rsqrt", "torch.aten.reciprocal", "torch.aten.neg"):
+    elif name in _UNARY:
         with np.errstate(all="ignore"):
             out = {"torch.aten.sqrt": np.sqrt, "torch.aten.rsqrt": lambda a: 1 / np.sqrt(a),
                    "torch.aten.reciprocal": lambda a: 1 / a, "torch.aten.neg": np.negative}[name](x)
@@ -75,19 +80,22 @@ def constant_value(value, depth: int = 0):
         kind = name.split(".")[2]
         out = {"add": lambda: x + alpha * other, "sub": lambda: x - alpha * other,
                "mul": lambda: x * other, "div": lambda: x / other}[kind]()
-    else:
-        return None
     if out is None or tuple(np.shape(out)) != t.shape or not np.all(np.isfinite(out)):
         return None
     return _round_to(out, t.dtype)
 
 
+def _is_per_channel(shape, channels: int) -> bool:
+    """Whether a tensor of ``shape`` broadcasts against [N, C, H, W] along C only."""
+    if len(shape) > 4:
+        return False
+    shape = (1,) * (4 - len(shape)) + tuple(shape)
+    return shape[0] == 1 and shape[2] == 1 and shape[3] == 1 and shape[1] in (1, channels)
+
+
 def _per_channel(array, channels: int):
     """A constant that broadcasts against [N, C, H, W] along C only, as a [C] vector."""
-    if array.ndim > 4:
-        return None
-    shape = (1,) * (4 - array.ndim) + array.shape
-    if shape[0] != 1 or shape[2] != 1 or shape[3] != 1 or shape[1] not in (1, channels):
+    if not _is_per_channel(array.shape, channels):
         return None
     return np.broadcast_to(array.reshape(-1), (channels,)).astype(np.float64)
 
@@ -112,8 +120,8 @@ def _step(op, channels: int):
     if alpha is None:
         return None
     for x, c, x_first in ((a, b, True), (b, a, False)):
-        if defining_op(x) is None or x == c:
-            continue
+        if defining_op(x) is None or x == c or info(c) is None or not _is_per_channel(info(c).shape, channels):
+            continue  # the shape first: reading a large constant (a weight) as float64 is not free
         cv = constant_value(c)
         if cv is None or constant_value(x) is not None:
             continue

@@ -158,6 +158,44 @@ def test_external_parameters_round_trip(arch, tmp_path):
         cuvil_mlir.load(path)
 
 
+def test_parameters_supplied_at_load(tmp_path, capsys):
+    """A causal LM saved without its weights loads with them supplied (the archive prefill and
+    decode share), checked per key like any package; without them it is refused."""
+    from cuvil_mlir.core.diagnostics import PackageError
+
+    torch.manual_seed(0)
+    model = _config("llama").eval()
+    model.generation_config.eos_token_id = None
+    lm = cuvil_mlir.compile_causal_lm(model, max_seq_len=MAX_SEQ, batch=BATCH, prefill_len=CHUNK, params="external")
+    entries = lm.metadata["parameters"]["entries"]
+    assert set(entries) == set(lm.parameters.arrays)  # what both functions read, with shapes and dtypes
+    path, weights = tmp_path / "lm.cuvilpkg", tmp_path / "lm.irpa"
+    lm.save(path, parameters="none")
+    lm.save_parameters(weights)
+    with pytest.raises(PackageError, match="saved without its parameters"):
+        cuvil_mlir.load(path)
+    loaded = cuvil_mlir.load(path, parameters=weights)
+    assert isinstance(loaded, CausalLM) and loaded.parameters.path == weights
+    ids = torch.randint(0, 8192, (BATCH, 11), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
+    assert torch.equal(loaded.generate(ids, max_new_tokens=12), expected)
+    from cuvil_mlir.cli import main
+
+    prompt = ";".join(",".join(map(str, row)) for row in ids.tolist())
+    assert main(["generate", str(path), "--parameters", str(weights), "--prompt-ids", prompt, "--max-new-tokens", "12",
+                 "--no-progress"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()[-BATCH:]
+    assert [list(map(int, r.split(","))) for r in rows] == expected.tolist()
+    arrays = {k: np.asarray(v) for k, v in lm.parameters.arrays.items()}
+    key = next(iter(arrays))
+    wrong = {**arrays, key: arrays[key].astype(np.float16)}
+    del wrong[sorted(arrays)[-1]]
+    with pytest.raises(PackageError, match="2 problem") as e:
+        cuvil_mlir.load(path, parameters=wrong)
+    assert f"{key}: float16" in str(e.value) and f"{sorted(arrays)[-1]}: missing" in str(e.value)
+
+
 def test_params_inline_keeps_weights_in_the_module():
     torch.manual_seed(0)
     model = _config("qwen2").eval()

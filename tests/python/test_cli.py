@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+import cuvil_mlir
 from cuvil_mlir import cli
 from cuvil_mlir.cli import opt
 from cuvil_mlir.lowering import builtin_registry
@@ -271,6 +272,63 @@ def test_compile_option_errors(mlp, tmp_path, capsys):
     for extra, message in cases:
         code = cli.main(["compile", str(mlp.pt2), *extra])
         assert_clean_error(code, capsys.readouterr().err, message)
+
+
+def _wide_mlp(hidden: int):
+    """Two linears whose weights (>= 4 KiB) become external parameters; biases stay in the module."""
+    model = torch.nn.Sequential()
+    model.fc1, model.act, model.fc2 = torch.nn.Linear(64, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 32)
+    return model.eval()
+
+
+def test_parameters_saved_apart_and_supplied_at_load(mlp, tmp_path, capsys):
+    """`compile --save-parameters` writes the package without its weights and the weights as an
+    .irpa; `run`/`bench` load it with `--parameters`, and refuse it without them or with wrong ones."""
+    torch.manual_seed(0)
+    model, x = _wide_mlp(32), torch.randn(2, 64)
+    torch.export.save(torch.export.export(model, (x,)), tmp_path / "wide.pt2")
+    np.save(tmp_path / "x.npy", x.numpy())
+    pkg, weights = tmp_path / "m.cuvilpkg", tmp_path / "m.irpa"
+    assert cli.main(["compile", str(tmp_path / "wide.pt2"), "-o", str(pkg), "--save-parameters", str(weights)]) == 0
+    out = capsys.readouterr().out
+    assert f"parameters: {weights} (2 tensors" in out and f"load with --parameters {weights}" in out
+    meta = json.loads(zipfile.ZipFile(pkg).read("metadata.json"))
+    assert meta["parameters"]["file"] is None and sorted(meta["parameters"]["entries"]) == ["fc1.weight", "fc2.weight"]
+    assert not any(name.endswith(".irpa") for name in zipfile.ZipFile(pkg).namelist())
+
+    x_npy = str(tmp_path / "x.npy")
+    assert cli.main(["run", str(pkg), "-i", x_npy, "-o", str(tmp_path / "y.npy"), "--parameters", str(weights)]) == 0
+    with torch.no_grad():
+        np.testing.assert_allclose(np.load(tmp_path / "y.npy"), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    assert cli.main(["bench", str(pkg), "--parameters", str(weights), "--repetitions", "2", "--warmup", "1",
+                     "--min-time", "0", "--quiet"]) == 0
+    capsys.readouterr()
+
+    code = cli.main(["run", str(pkg), "-i", x_npy])
+    assert_clean_error(code, capsys.readouterr().err, "saved without its parameters", "--parameters model.irpa")
+    code = cli.main(["run", str(pkg), "-i", x_npy, "--parameters", str(tmp_path / "absent.irpa")])
+    assert_clean_error(code, capsys.readouterr().err, "absent.irpa", "no such file")
+    other = tmp_path / "other.irpa"  # an archive of another model: the same keys, other shapes
+    cuvil_mlir.compile(_wide_mlp(64), (x,), params="external").save_parameters(other)
+    code = cli.main(["run", str(pkg), "-i", x_npy, "--parameters", str(other)])
+    err = capsys.readouterr().err
+    assert_clean_error(code, err, "do not fit this package's modules (2 problem(s))")
+    assert "fc1.weight: the archive holds float32[64,64], the module needs float32[32,64]" in err
+    code = cli.main(["run", str(mlp.pkg), "-i", str(mlp.x), "--parameters", str(weights)])
+    assert_clean_error(code, capsys.readouterr().err, "has no external parameters")
+    code = cli.main(["compile", str(mlp.pt2), "-o", str(tmp_path / "small.cuvilpkg"), "--save-parameters", str(weights)])
+    assert_clean_error(code, capsys.readouterr().err, "no weight became an external parameter")
+
+
+def test_save_parameters_option_errors(mlp, tmp_path, capsys):
+    pkg = str(tmp_path / "m.cuvilpkg")
+    assert cli.main(["compile", str(mlp.pt2), "-o", pkg, "--save-parameters", pkg]) == 2
+    assert cli.main(["compile", str(mlp.pt2), "-o", pkg, "--params", "inline", "--save-parameters", "w.irpa"]) == 2
+    assert cli.main(["compile", str(mlp.pt2), "--emit", "torch", "--save-parameters", "w.irpa"]) == 2
+    err = capsys.readouterr().err
+    assert "-o name the same file" in err and "not with --params inline" in err and "not with --emit" in err
+    code = cli.main(["compile", str(mlp.pt2), "-o", pkg, "--save-parameters", str(tmp_path / "no-dir" / "w.irpa")])
+    assert_clean_error(code, capsys.readouterr().err, "does not exist")
 
 
 def test_usage_errors_exit_2(capsys):

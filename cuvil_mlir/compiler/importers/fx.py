@@ -11,10 +11,9 @@ from __future__ import annotations
 import os
 import re
 import warnings
-import zipfile
 
 from cuvil_mlir.core import params
-from cuvil_mlir.core.diagnostics import ImportError_, require_file
+from cuvil_mlir.core.diagnostics import ImportError_
 from cuvil_mlir.core.ir import elements_attr, func, ir
 from cuvil_mlir.core.tensor_types import TORCH_TO_MLIR
 
@@ -25,15 +24,10 @@ KEPT_OPS = (
 
 
 def load_exported_program(path: str | os.PathLike):
-    import torch
+    """The program of a ``.pt2``, its weights memory-mapped from the file (importers/pt2.py)."""
+    from cuvil_mlir.compiler.importers import pt2
 
-    path = require_file(path, "model file")
-    if not zipfile.is_zipfile(path):
-        raise ImportError_(f"{path} is not a model: expected a .pt2 archive written by torch.export.save")
-    try:
-        return torch.export.load(str(path))
-    except Exception as e:
-        raise ImportError_(f"{path} is not a loadable torch.export program: {type(e).__name__}: {e}") from e
+    return pt2.load(path)
 
 
 def _decomposition_table(kept_ops=KEPT_OPS, complex_ops: bool = False):
