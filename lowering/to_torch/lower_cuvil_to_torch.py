@@ -18,10 +18,11 @@ import numpy as np
 
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.patterns import (
-    PatternSet, build, info, torch_bool, transpose_2d, torch_float, torch_int, torch_int_list, torch_none, torch_str, vtensor_type,
+    PatternSet, build, info, literal, torch_bool, transpose_2d, torch_float, torch_int, torch_int_list, torch_none, torch_str,
+    transposed_2d_source, vtensor_type,
 )
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.lowering.common import convert, draw_dim, pt2e_quantized_layer
+from cuvil_mlir.lowering.common import constant_array, constant_recipe, convert, draw_dim, pt2e_quantized_layer
 
 NAME = "lower-cuvil-to-torch"
 
@@ -68,8 +69,21 @@ def linear(op, rewriter):
     activation = cuvil.activation_of(op)
     if activation in cuvil.GATED_ACTIVATIONS:
         return _gated_linear(op, cuvil.GATED_ACTIVATIONS[activation])
-    y = build("torch.aten.linear", [op.input, op.weight, _or_none(op.bias)], op.result.type)
+    y = build("torch.aten.linear", [op.input, _out_major(op.weight), _or_none(op.bias)], op.result.type)
     return _activation(y, activation)
+
+
+def _out_major(weight):
+    """A weight that is the transpose of a stored [in, out] constant (GPT-2's Conv1D, a raised
+    ``mm``/``addmm``) as a constant of its own in [out, in] layout, as ``aten.linear`` reads
+    it. With inline weights IREE would transpose it at compile time anyway; an external
+    parameter it cannot, and its matrix-vector products then read the weight across rows
+    (GPT-2 decode on the CPU: ~8x slower). The new constant is a derived parameter (recipe:
+    the transpose of the source), the source stays out of the archive unless read elsewhere."""
+    array = constant_array(weight) if transposed_2d_source(weight) is not None else None
+    if array is None:
+        return weight
+    return literal(np.ascontiguousarray(array), dtype=info(weight).dtype, recipe=constant_recipe(weight))
 
 
 def _gated_linear(op, gate_activation: str):

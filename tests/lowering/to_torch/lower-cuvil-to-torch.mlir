@@ -29,6 +29,29 @@ func.func @linear_without_bias(%x: !torch.vtensor<[2,5,4],f32>, %w: !torch.vtens
 
 // -----
 
+// A weight that is the transpose of a constant ([in, out], GPT-2's Conv1D) becomes a constant
+// of its own in [out, in] layout: no transpose left for IREE (an external parameter could not
+// be transposed at compile time). A transpose of a function argument stays.
+// CHECK-LABEL: func.func @linear_transposed_constant
+// CHECK:         %[[W:.+]] = torch.vtensor.literal(dense<{{\[\[}}1.000000e+00, 3.000000e+00, 5.000000e+00], [2.000000e+00, 4.000000e+00, 6.000000e+00]]> : tensor<2x3xf32>) : !torch.vtensor<[2,3],f32>
+// CHECK:         torch.aten.linear %{{.+}}, %[[W]], %{{.+}} : !torch.vtensor<[4,3],f32>, !torch.vtensor<[2,3],f32>
+// CHECK-LABEL: func.func @linear_transposed_argument
+// CHECK:         %[[T:.+]] = torch.aten.t %{{.+}}
+// CHECK:         torch.aten.linear %{{.+}}, %[[T]]
+func.func @linear_transposed_constant(%x: !torch.vtensor<[4,3],f32>) -> !torch.vtensor<[4,2],f32> {
+  %w = torch.vtensor.literal(dense<[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]> : tensor<3x2xf32>) : !torch.vtensor<[3,2],f32>
+  %wt = torch.aten.t %w : !torch.vtensor<[3,2],f32> -> !torch.vtensor<[2,3],f32>
+  %0 = "cuvil.linear"(%x, %wt) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[4,3],f32>, !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[4,2],f32>
+  return %0 : !torch.vtensor<[4,2],f32>
+}
+func.func @linear_transposed_argument(%x: !torch.vtensor<[4,3],f32>, %w: !torch.vtensor<[3,2],f32>) -> !torch.vtensor<[4,2],f32> {
+  %wt = torch.aten.t %w : !torch.vtensor<[3,2],f32> -> !torch.vtensor<[2,3],f32>
+  %0 = "cuvil.linear"(%x, %wt) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[4,3],f32>, !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[4,2],f32>
+  return %0 : !torch.vtensor<[4,2],f32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @linear_relu
 // CHECK:         %[[L:[0-9]+]] = torch.aten.linear
 // CHECK-NEXT:    %[[A:[0-9]+]] = torch.aten.relu %[[L]] : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
