@@ -263,6 +263,28 @@ func.func @attention_with_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k: !torch.vt
 
 // -----
 
+// One query against a KV cache's filled prefix (dynamic length): multiply-and-sum reductions
+// over keys and values as stored, no kᵀ, no [B*H, S, D] views (IREE would copy the prefix).
+// DECOMP-LABEL: func.func @attention_single_query
+// DECOMP-SAME:    (%[[Q:[a-z0-9]+]]: !torch.vtensor<[2,3,1,16],f32>, %[[K:[a-z0-9]+]]: !torch.vtensor<[2,3,?,16],f32>, %[[V:[a-z0-9]+]]: !torch.vtensor<[2,3,?,8],f32>, %[[M:[a-z0-9]+]]: !torch.vtensor<[2,1,1,?],i1>)
+// DECOMP:         %[[P:[0-9]+]] = torch.aten.mul.Tensor %[[Q]], %[[K]] : !torch.vtensor<[2,3,1,16],f32>, !torch.vtensor<[2,3,?,16],f32> -> !torch.vtensor<[2,3,?,16],f32>
+// DECOMP:         torch.aten.sum.dim_IntList %[[P]], %{{.+}}, %{{.+}}, %{{.+}} : {{.+}} -> !torch.vtensor<[2,3,?],f32>
+// DECOMP:         %[[W:[0-9]+]] = torch.aten.where.ScalarOther %[[M]]
+// DECOMP:         %[[S:[0-9]+]] = torch.aten.softmax.int %[[W]]
+// DECOMP:         %[[T:[0-9]+]] = torch.aten.transpose.int %[[S]], {{.+}} -> !torch.vtensor<[2,3,?,1],f32>
+// DECOMP:         %[[PV:[0-9]+]] = torch.aten.mul.Tensor %[[T]], %[[V]] : {{.+}} -> !torch.vtensor<[2,3,?,8],f32>
+// DECOMP:         %[[O:[0-9]+]] = torch.aten.sum.dim_IntList %[[PV]], {{.+}} -> !torch.vtensor<[2,3,1,8],f32>
+// DECOMP-NEXT:    return %[[O]]
+// DECOMP-NOT:     torch.aten.bmm
+// CHECK-LABEL: func.func @attention_single_query
+// CHECK:         torch.aten.scaled_dot_product_attention
+func.func @attention_single_query(%q: !torch.vtensor<[2,3,1,16],f32>, %k: !torch.vtensor<[2,3,?,16],f32>, %v: !torch.vtensor<[2,3,?,8],f32>, %m: !torch.vtensor<[2,1,1,?],i1>) -> !torch.vtensor<[2,3,1,8],f32> {
+  %0 = "cuvil.attention"(%q, %k, %v, %m) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[2,3,1,16],f32>, !torch.vtensor<[2,3,?,16],f32>, !torch.vtensor<[2,3,?,8],f32>, !torch.vtensor<[2,1,1,?],i1>) -> !torch.vtensor<[2,3,1,8],f32>
+  return %0 : !torch.vtensor<[2,3,1,8],f32>
+}
+
+// -----
+
 // A float mask is additive.
 // CHECK-LABEL: func.func @attention_with_float_mask
 // CHECK-SAME:    %[[M:[a-z0-9]+]]: !torch.vtensor<[5,7],f32>)
