@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -85,6 +86,7 @@ def run_case(model, batch, context, args):
     import torch
 
     n = args.new_tokens
+    load_before = os.getloadavg()[0]
     fns, info = entries(model, batch, context, n, args)
     ids = torch.randint(0, model.config.vocab_size, (batch, context), generator=torch.Generator().manual_seed(context))
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
@@ -104,6 +106,8 @@ def run_case(model, batch, context, args):
         rows[name] = {"prefill_ms": round(t1 * 1e3, 2), "decode_tok_s": round(batch * (n - 1) / max(tn - t1, 1e-9), 1),
                       "generate_ms": round(tn * 1e3, 1),
                       "same_tokens": bool(torch.equal(tokens[name], tokens["hf_eager"])) if "hf_eager" in tokens else None}
+    # the 1-minute load average around the case: the machine may be shared (2 cores here)
+    info["load_avg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     return {"batch": batch, "context": context, "new_tokens": n, "results": rows, **info}
 
 
@@ -150,7 +154,8 @@ def main() -> None:
     model = build_model(args.model, args.dtype, max(c + args.new_tokens for _, c in cases))
     report = {"model": args.model, "dtype": args.dtype, "device": args.device, "target": args.target,
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
+              "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+                         f"{torch.get_num_threads()} torch threads, IREE local-task with its default one worker per core",
               "torch": torch.__version__, "transformers": transformers.__version__,
               "command": "python " + " ".join(sys.argv), "cases": []}
     for batch, context in cases:

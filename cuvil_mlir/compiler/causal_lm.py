@@ -144,17 +144,20 @@ def _step_class():
 
     class ArgumentLayer(StaticLayer):
         """A cache layer over two tensors the exported function takes as arguments: ``update``
-        writes the new keys and values at ``index`` in place and returns the whole cache."""
+        writes the new keys and values into slots ``start .. end-1`` in place (a slice at a
+        dynamic offset: IREE updates the argument's buffer there) and returns the filled prefix,
+        slots ``0 .. end-1``: attention reads only those."""
 
-        def __init__(self, keys, values, index):
+        def __init__(self, keys, values, start, end):
             super().__init__(max_cache_len=keys.shape[2])
-            self.keys, self.values, self.index = keys, values, index
+            self.keys, self.values, self.start, self.end = keys, values, start, end
             self.is_initialized = True
 
         def update(self, key_states, value_states, *args, **kwargs):
-            self.keys.index_copy_(2, self.index, key_states.to(self.keys.dtype))
-            self.values.index_copy_(2, self.index, value_states.to(self.values.dtype))
-            return self.keys, self.values
+            length = key_states.shape[2]
+            self.keys.narrow(2, self.start, length).copy_(key_states.to(self.keys.dtype))
+            self.values.narrow(2, self.start, length).copy_(value_states.to(self.values.dtype))
+            return self.keys[:, :, :self.end], self.values[:, :, :self.end]
 
     class Step(torch.nn.Module):
         def __init__(self, model):
@@ -163,11 +166,15 @@ def _step_class():
 
         def forward(self, input_ids, position, last, *cache):
             batch, length = input_ids.shape
+            start = position.item()  # a symbolic size: the functions take any position
+            torch._check(start >= 0)
+            torch._check(start + length <= cache[0].shape[2])
+            end = start + length
             index = position + torch.arange(length, dtype=torch.int64)
-            # token i sees the cache up to its own position (the rest is stale or unwritten)
-            seen = torch.arange(cache[0].shape[2], dtype=torch.int64)[None, :] <= index[:, None]
-            mask = seen[None, None].expand(batch, 1, length, cache[0].shape[2])
-            layers = [ArgumentLayer(cache[i], cache[i + 1], index) for i in range(0, len(cache), 2)]
+            # token i sees the cache up to its own position
+            seen = torch.arange(end, dtype=torch.int64)[None, :] <= index[:, None]
+            mask = seen[None, None].expand(batch, 1, length, end)
+            layers = [ArgumentLayer(cache[i], cache[i + 1], start, end) for i in range(0, len(cache), 2)]
             out = self.model(input_ids=input_ids, position_ids=index[None, :].expand(batch, length), attention_mask=mask,
                              past_key_values=Cache(layers=layers), use_cache=True, logits_to_keep=last)
             return out.logits[:, 0]

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from cuvil_mlir.core.diagnostics import CuvilError, RuntimeFailure, module_path
+from cuvil_mlir.runtime.session import CPU_WORKER_STACK_FLAG
 
 SCHEMA_VERSION = 1
 
@@ -54,7 +55,8 @@ PROFILING_MODES = {
 DEFAULT_PROFILING_MODES = ("dispatch-events", "host-execution")
 
 # iree-benchmark-module's device flags per driver, as the project measures (docs/harness.md)
-DEVICE_FLAGS = {"cuda": ("--device_allocator=caching",)}
+# iree-benchmark-module flags per driver; local-task: the worker stacks the in-process runtime uses
+DEVICE_FLAGS = {"cuda": ("--device_allocator=caching",), "local-task": (CPU_WORKER_STACK_FLAG,)}
 
 _LAYER_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
 _DISPATCH_NAME = re.compile(r"_dispatch_\d+_(.*)$")

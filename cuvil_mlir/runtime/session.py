@@ -36,7 +36,12 @@ CACHING_DRIVERS = frozenset({"cuda"})
 # batch 8 with CUDA tensors in and out took 0.35 ms a call this way against 0.80 ms with the pool
 # and a copy of each result on the device; the module's own time changed by 1% (GPT-2 12 layers,
 # iree-benchmark-module 2.19 vs 2.21 ms).
-RUNTIME_FLAGS = ("--cuda_async_allocations=false",)
+# CPU worker threads (local-task) get 1 MiB stacks instead of IREE's 128 KiB: the cpu target
+# lets a dispatch use up to 256 KiB of stack (--iree-llvmcpu-stack-allocation-limit, targets/cpu.py),
+# and GPT-2's batch-8 prefill at O3 has dispatches near that limit, which crashed (SIGSEGV at
+# a stack address) on 128 KiB worker stacks.
+CPU_WORKER_STACK_FLAG = "--task_worker_stack_size=1048576"
+RUNTIME_FLAGS = ("--cuda_async_allocations=false", CPU_WORKER_STACK_FLAG)
 _flags_set = False
 
 

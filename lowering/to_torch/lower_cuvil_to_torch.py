@@ -18,10 +18,11 @@ import numpy as np
 
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.patterns import (
-    PatternSet, build, info, torch_bool, transpose_2d, torch_float, torch_int, torch_int_list, torch_none, torch_str, vtensor_type,
+    PatternSet, build, info, literal, torch_bool, transpose_2d, torch_float, torch_int, torch_int_list, torch_none, torch_str,
+    transposed_2d_source, vtensor_type,
 )
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.lowering.common import convert, draw_dim, pt2e_quantized_layer
+from cuvil_mlir.lowering.common import constant_array, constant_recipe, convert, draw_dim, pt2e_quantized_layer
 
 NAME = "lower-cuvil-to-torch"
 
@@ -68,8 +69,21 @@ def linear(op, rewriter):
     activation = cuvil.activation_of(op)
     if activation in cuvil.GATED_ACTIVATIONS:
         return _gated_linear(op, cuvil.GATED_ACTIVATIONS[activation])
-    y = build("torch.aten.linear", [op.input, op.weight, _or_none(op.bias)], op.result.type)
+    y = build("torch.aten.linear", [op.input, _out_major(op.weight), _or_none(op.bias)], op.result.type)
     return _activation(y, activation)
+
+
+def _out_major(weight):
+    """A weight that is the transpose of a stored [in, out] constant (GPT-2's Conv1D, a raised
+    ``mm``/``addmm``) as a constant of its own in [out, in] layout, as ``aten.linear`` reads
+    it. With inline weights IREE would transpose it at compile time anyway; an external
+    parameter it cannot, and its matrix-vector products then read the weight across rows
+    (GPT-2 decode on the CPU: ~8x slower). The new constant is a derived parameter (recipe:
+    the transpose of the source), the source stays out of the archive unless read elsewhere."""
+    array = constant_array(weight) if transposed_2d_source(weight) is not None else None
+    if array is None:
+        return weight
+    return literal(np.ascontiguousarray(array), dtype=info(weight).dtype, recipe=constant_recipe(weight))
 
 
 def _gated_linear(op, gate_activation: str):
@@ -165,6 +179,8 @@ def attention_decomposed(op, rewriter):
     length, source = q.shape[-2], k.shape[-2]
     if causal and (length < 0 or source < 0):
         return None  # the causal mask is built with static sizes; keep the op for the sdpa lowering
+    if length == 1 and q.rank == 4 and k.shape[:-2] == q.shape[:-2] and info(op.v).shape[:-2] == q.shape[:-2]:
+        return _single_query_attention(op, causal)
     scores_type = vtensor_type([*q.shape[:-1], source], q.dtype)
     kt = build("torch.aten.transpose.int", [op.k, torch_int(-2), torch_int(-1)], vtensor_type([*k.shape[:-2], k.shape[-1], source], k.dtype))
     scores = _batched_matmul(op.q, kt, scores_type)
@@ -174,6 +190,35 @@ def attention_decomposed(op, rewriter):
     if causal:
         scores = build("torch.aten.where.ScalarOther", [_causal_keep_mask(length, source), scores, torch_float(float("-inf"))], scores_type)
     return _batched_matmul(_softmax(scores), op.v, op.result.type)
+
+
+def _single_query_attention(op, causal: bool):
+    """One query per (batch, head) (a decode step against a KV cache): the two products as
+    multiply-and-sum reductions over the 4-D keys and values as they are stored, where the
+    matmul form needs kᵀ and [B*H, S, D] views: of a cache's filled prefix (a slice) IREE
+    materializes both as copies of the whole cache every step (GPT-2 at batch 8: a fifth of
+    the step). f16/bf16: computed in f32 (WIDENED), the result converted back."""
+    q, v, result = info(op.q), info(op.v), info(op.result)
+    source = info(op.k).shape[-2]
+    compute = WIDENED.get(q.dtype, q.dtype)
+    b, h, d, e = q.shape[0], q.shape[1], q.shape[3], v.shape[3]
+    products = build("torch.aten.mul.Tensor", [_as(op.q, compute), _as(op.k, compute)], vtensor_type([b, h, source, d], compute))
+    scores = _sum(products, -1, False, vtensor_type([b, h, source], compute))
+    scores_type = vtensor_type([b, h, 1, source], compute)
+    scores = build("torch.aten.unsqueeze", [scores, torch_int(2)], scores_type)
+    scores = build("torch.aten.mul.Scalar", [scores, torch_float(ir.FloatAttr(op.attributes["scale"]).value)], scores_type)
+    if op.mask is not None:
+        scores = _apply_mask(scores, op.mask if info(op.mask).dtype == "i1" else _as(op.mask, compute), scores_type)
+    if causal:  # the single query is position 0 (top-left aligned, as torch's is_causal): it sees key 0
+        scores = build("torch.aten.where.ScalarOther", [_causal_keep_mask(1, source), scores, torch_float(float("-inf"))], scores_type)
+    probs = build("torch.aten.softmax.int", [scores, torch_int(-1), torch_none()], scores_type)
+    probs = build("torch.aten.transpose.int", [probs, torch_int(-2), torch_int(-1)], vtensor_type([b, h, source, 1], compute))
+    weighted = build("torch.aten.mul.Tensor", [probs, _as(op.v, compute)], vtensor_type([b, h, source, e], compute))
+    return _as(_sum(weighted, -2, True, vtensor_type([b, h, 1, e], compute)), result.dtype)
+
+
+def _sum(x, dim: int, keepdim: bool, result_type):
+    return build("torch.aten.sum.dim_IntList", [x, torch_int_list([dim]), torch_bool(keepdim), torch_none()], result_type)
 
 
 def _softmax(scores):

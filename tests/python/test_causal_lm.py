@@ -87,6 +87,23 @@ def test_cache_stays_on_device(compiled_lm, monkeypatch):
     np.testing.assert_allclose(keys[:, :, :9], out.past_key_values.layers[0].keys.numpy(), atol=1e-5)
 
 
+def test_attention_reads_only_the_filled_prefix(compiled_lm):
+    """Cache slots past the current position are never read: with NaN there (stale or never
+    written memory) the tokens still equal transformers'. Attending over every slot with a
+    mask would not survive this: 0 * NaN in the weighted sum of values is NaN."""
+    arch, model, lm = compiled_lm
+    ids = torch.randint(0, 8192, (BATCH, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
+    session = lm._session_with_cache()
+    lm._cache = [session._to_device(np.full(shape, np.nan, dtype=np.dtype(dtype))) for shape, dtype in lm.cache_layout]
+    try:
+        got = lm.generate(ids, max_new_tokens=12)
+    finally:
+        lm._cache_session = None  # a fresh zero cache for the other tests
+    assert torch.equal(got, expected), f"{arch}: first difference at {(got != expected).nonzero()[:1].tolist()}"
+
+
 def test_bad_calls(compiled_lm):
     _, _, lm = compiled_lm
     with pytest.raises(InputError, match="exceeds max_seq_len 80"):

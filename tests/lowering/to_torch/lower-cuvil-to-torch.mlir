@@ -29,6 +29,29 @@ func.func @linear_without_bias(%x: !torch.vtensor<[2,5,4],f32>, %w: !torch.vtens
 
 // -----
 
+// A weight that is the transpose of a constant ([in, out], GPT-2's Conv1D) becomes a constant
+// of its own in [out, in] layout: no transpose left for IREE (an external parameter could not
+// be transposed at compile time). A transpose of a function argument stays.
+// CHECK-LABEL: func.func @linear_transposed_constant
+// CHECK:         %[[W:.+]] = torch.vtensor.literal(dense<{{\[\[}}1.000000e+00, 3.000000e+00, 5.000000e+00], [2.000000e+00, 4.000000e+00, 6.000000e+00]]> : tensor<2x3xf32>) : !torch.vtensor<[2,3],f32>
+// CHECK:         torch.aten.linear %{{.+}}, %[[W]], %{{.+}} : !torch.vtensor<[4,3],f32>, !torch.vtensor<[2,3],f32>
+// CHECK-LABEL: func.func @linear_transposed_argument
+// CHECK:         %[[T:.+]] = torch.aten.t %{{.+}}
+// CHECK:         torch.aten.linear %{{.+}}, %[[T]]
+func.func @linear_transposed_constant(%x: !torch.vtensor<[4,3],f32>) -> !torch.vtensor<[4,2],f32> {
+  %w = torch.vtensor.literal(dense<[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]> : tensor<3x2xf32>) : !torch.vtensor<[3,2],f32>
+  %wt = torch.aten.t %w : !torch.vtensor<[3,2],f32> -> !torch.vtensor<[2,3],f32>
+  %0 = "cuvil.linear"(%x, %wt) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[4,3],f32>, !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[4,2],f32>
+  return %0 : !torch.vtensor<[4,2],f32>
+}
+func.func @linear_transposed_argument(%x: !torch.vtensor<[4,3],f32>, %w: !torch.vtensor<[3,2],f32>) -> !torch.vtensor<[4,2],f32> {
+  %wt = torch.aten.t %w : !torch.vtensor<[3,2],f32> -> !torch.vtensor<[2,3],f32>
+  %0 = "cuvil.linear"(%x, %wt) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[4,3],f32>, !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[4,2],f32>
+  return %0 : !torch.vtensor<[4,2],f32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @linear_relu
 // CHECK:         %[[L:[0-9]+]] = torch.aten.linear
 // CHECK-NEXT:    %[[A:[0-9]+]] = torch.aten.relu %[[L]] : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
@@ -236,6 +259,28 @@ func.func @attention_causal_without_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k:
 func.func @attention_with_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k: !torch.vtensor<[1,2,7,16],f32>, %v: !torch.vtensor<[1,2,7,8],f32>, %m: !torch.vtensor<[1,1,5,7],i1>) -> !torch.vtensor<[1,2,5,8],f32> {
   %0 = "cuvil.attention"(%q, %k, %v, %m) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,7,16],f32>, !torch.vtensor<[1,2,7,8],f32>, !torch.vtensor<[1,1,5,7],i1>) -> !torch.vtensor<[1,2,5,8],f32>
   return %0 : !torch.vtensor<[1,2,5,8],f32>
+}
+
+// -----
+
+// One query against a KV cache's filled prefix (dynamic length): multiply-and-sum reductions
+// over keys and values as stored, no kᵀ, no [B*H, S, D] views (IREE would copy the prefix).
+// DECOMP-LABEL: func.func @attention_single_query
+// DECOMP-SAME:    (%[[Q:[a-z0-9]+]]: !torch.vtensor<[2,3,1,16],f32>, %[[K:[a-z0-9]+]]: !torch.vtensor<[2,3,?,16],f32>, %[[V:[a-z0-9]+]]: !torch.vtensor<[2,3,?,8],f32>, %[[M:[a-z0-9]+]]: !torch.vtensor<[2,1,1,?],i1>)
+// DECOMP:         %[[P:[0-9]+]] = torch.aten.mul.Tensor %[[Q]], %[[K]] : !torch.vtensor<[2,3,1,16],f32>, !torch.vtensor<[2,3,?,16],f32> -> !torch.vtensor<[2,3,?,16],f32>
+// DECOMP:         torch.aten.sum.dim_IntList %[[P]], %{{.+}}, %{{.+}}, %{{.+}} : {{.+}} -> !torch.vtensor<[2,3,?],f32>
+// DECOMP:         %[[W:[0-9]+]] = torch.aten.where.ScalarOther %[[M]]
+// DECOMP:         %[[S:[0-9]+]] = torch.aten.softmax.int %[[W]]
+// DECOMP:         %[[T:[0-9]+]] = torch.aten.transpose.int %[[S]], {{.+}} -> !torch.vtensor<[2,3,?,1],f32>
+// DECOMP:         %[[PV:[0-9]+]] = torch.aten.mul.Tensor %[[T]], %[[V]] : {{.+}} -> !torch.vtensor<[2,3,?,8],f32>
+// DECOMP:         %[[O:[0-9]+]] = torch.aten.sum.dim_IntList %[[PV]], {{.+}} -> !torch.vtensor<[2,3,1,8],f32>
+// DECOMP-NEXT:    return %[[O]]
+// DECOMP-NOT:     torch.aten.bmm
+// CHECK-LABEL: func.func @attention_single_query
+// CHECK:         torch.aten.scaled_dot_product_attention
+func.func @attention_single_query(%q: !torch.vtensor<[2,3,1,16],f32>, %k: !torch.vtensor<[2,3,?,16],f32>, %v: !torch.vtensor<[2,3,?,8],f32>, %m: !torch.vtensor<[2,1,1,?],i1>) -> !torch.vtensor<[2,3,1,8],f32> {
+  %0 = "cuvil.attention"(%q, %k, %v, %m) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[2,3,1,16],f32>, !torch.vtensor<[2,3,?,16],f32>, !torch.vtensor<[2,3,?,8],f32>, !torch.vtensor<[2,1,1,?],i1>) -> !torch.vtensor<[2,3,1,8],f32>
+  return %0 : !torch.vtensor<[2,3,1,8],f32>
 }
 
 // -----
