@@ -168,8 +168,10 @@ def _single_query(op) -> bool:
     an M dimension, whose CUDA code faulted on an H100 (CUDA_ERROR_ILLEGAL_ADDRESS in every
     compile_causal_lm decode, 2026-12-05, benchmarks/results/generate-h200-2026-12-05.md); the
     written-out form is two matrix-vector products and a softmax, memory-bound like the op."""
-    q, k = info(op.q), info(op.k)
-    return q.rank >= 3 and q.shape[-2] == 1 and q.shape[:-2] == k.shape[:-2] and all(d >= 0 for d in (*q.shape, *k.shape))
+    q, k, v = info(op.q), info(op.k), info(op.v)
+    causal = ir.BoolAttr(op.attributes["is_causal"]).value
+    return (q.rank == 4 and q.shape[-2] == 1 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and all(d >= 0 for d in q.shape)
+            and not (causal and k.shape[-2] < 0))  # the key length may be dynamic (a decode over the filled cache)
 
 
 def attention_decomposed(op, rewriter):

@@ -276,8 +276,10 @@ func.func @attention_with_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k: !torch.vt
 // DECOMP:         %[[O:[0-9]+]] = torch.aten.sum.dim_IntList %[[PV]], {{.+}} -> !torch.vtensor<[2,3,1,8],f32>
 // DECOMP-NEXT:    return %[[O]]
 // DECOMP-NOT:     torch.aten.bmm
-// CHECK-LABEL: func.func @attention_single_query
-// CHECK:         torch.aten.scaled_dot_product_attention
+// attention=sdpa writes a single query out the same way (lower_cuvil_to_torch._single_query).
+// CHECK-LABEL: func.func @attention_single_query(
+// CHECK:         torch.aten.sum.dim_IntList
+// CHECK-NOT:     scaled_dot_product_attention
 func.func @attention_single_query(%q: !torch.vtensor<[2,3,1,16],f32>, %k: !torch.vtensor<[2,3,?,16],f32>, %v: !torch.vtensor<[2,3,?,8],f32>, %m: !torch.vtensor<[2,1,1,?],i1>) -> !torch.vtensor<[2,3,1,8],f32> {
   %0 = "cuvil.attention"(%q, %k, %v, %m) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[2,3,1,16],f32>, !torch.vtensor<[2,3,?,16],f32>, !torch.vtensor<[2,3,?,8],f32>, !torch.vtensor<[2,1,1,?],i1>) -> !torch.vtensor<[2,3,1,8],f32>
   return %0 : !torch.vtensor<[2,3,1,8],f32>
@@ -420,15 +422,15 @@ func.func @attention_f16(%q: !torch.vtensor<[1,2,5,16],f16>, %k: !torch.vtensor<
 
 // A single query (a decode step against a KV cache) is written out under attention=sdpa too: IREE
 // folds the unit query dim and its attention op without M faulted on CUDA (lower_cuvil_to_torch._single_query).
-// CHECK-LABEL: func.func @attention_single_query
-// CHECK:         torch.aten.bmm
+// CHECK-LABEL: func.func @attention_single_query_static
+// CHECK:         torch.aten.sum.dim_IntList
 // CHECK:         torch.aten.where.ScalarOther
 // CHECK:         torch.aten.softmax.int
-// CHECK:         torch.aten.bmm
+// CHECK:         torch.aten.sum.dim_IntList
 // CHECK-NOT:     scaled_dot_product_attention
-// DECOMP-LABEL: func.func @attention_single_query
+// DECOMP-LABEL: func.func @attention_single_query_static
 // DECOMP-NOT:     scaled_dot_product_attention
-func.func @attention_single_query(%q: !torch.vtensor<[2,4,1,16],f32>, %k: !torch.vtensor<[2,4,64,16],f32>, %v: !torch.vtensor<[2,4,64,16],f32>, %m: !torch.vtensor<[2,1,1,64],i1>) -> !torch.vtensor<[2,4,1,16],f32> {
+func.func @attention_single_query_static(%q: !torch.vtensor<[2,4,1,16],f32>, %k: !torch.vtensor<[2,4,64,16],f32>, %v: !torch.vtensor<[2,4,64,16],f32>, %m: !torch.vtensor<[2,1,1,64],i1>) -> !torch.vtensor<[2,4,1,16],f32> {
   %0 = "cuvil.attention"(%q, %k, %v, %m) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[2,4,1,16],f32>, !torch.vtensor<[2,4,64,16],f32>, !torch.vtensor<[2,4,64,16],f32>, !torch.vtensor<[2,1,1,64],i1>) -> !torch.vtensor<[2,4,1,16],f32>
   return %0 : !torch.vtensor<[2,4,1,16],f32>
 }
