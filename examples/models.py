@@ -80,7 +80,7 @@ def transformer_block(batch=2, seq=16, d_model=64):
     return TransformerBlock(d_model).eval(), (torch.randn(batch, seq, d_model),)
 
 
-class _LogitsOnly(nn.Module):
+class LogitsOnly(nn.Module):
     """Hugging Face models return ModelOutput objects; export the logits tensor only."""
 
     def __init__(self, model):
@@ -98,7 +98,7 @@ def gpt2(layers=2, d_model=64, heads=4, vocab=256, seq=16, batch=1, attn="sdpa")
     torch.manual_seed(0)
     config = GPT2Config(n_layer=layers, n_embd=d_model, n_head=heads, vocab_size=vocab, n_positions=max(64, seq),
                         attn_implementation=attn, bos_token_id=0, eos_token_id=0)
-    model = _LogitsOnly(GPT2LMHeadModel(config)).eval()
+    model = LogitsOnly(GPT2LMHeadModel(config)).eval()
     return model, (torch.randint(0, vocab, (batch, seq)),)
 
 
@@ -129,7 +129,7 @@ def llama(layers=2, d_model=64, heads=4, kv_heads=2, vocab=256, seq=16, batch=1,
     config = LlamaConfig(num_hidden_layers=layers, hidden_size=d_model, num_attention_heads=heads,
                          num_key_value_heads=kv_heads, intermediate_size=4 * d_model, vocab_size=vocab,
                          attn_implementation=attn, bos_token_id=0, eos_token_id=0)
-    return _LogitsOnly(LlamaForCausalLM(config)).eval(), (torch.randint(0, vocab, (batch, seq)),)
+    return LogitsOnly(LlamaForCausalLM(config)).eval(), (torch.randint(0, vocab, (batch, seq)),)
 
 
 E2E_MODELS = {"mlp": mlp, "cnn": small_cnn, "transformer": transformer_block, "gpt2": gpt2, "bert": bert, "llama": llama}

@@ -38,7 +38,7 @@ def llama_ffn(layers=1, d_model=768, heads=12, kv_heads=4, ffn=2048, vocab=256, 
     config = LlamaConfig(num_hidden_layers=layers, hidden_size=d_model, num_attention_heads=heads,
                          num_key_value_heads=kv_heads, intermediate_size=ffn, vocab_size=vocab,
                          max_position_embeddings=max(2048, seq), attn_implementation=attn, bos_token_id=0, eos_token_id=0)
-    return models._LogitsOnly(LlamaForCausalLM(config)).eval(), (torch.randint(0, vocab, (batch, seq)),)
+    return models.LogitsOnly(LlamaForCausalLM(config)).eval(), (torch.randint(0, vocab, (batch, seq)),)
 
 
 def compare_block():

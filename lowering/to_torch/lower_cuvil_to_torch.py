@@ -108,10 +108,10 @@ def conv2d(op, rewriter):
 
 def attention_sdpa(op, rewriter):
     """cuvil.attention(q, k, v, mask) {scale, is_causal} -> aten.scaled_dot_product_attention;
-    a single query (a decode step: q is [..., 1, D]) is written out instead (two batched
-    matrix-vector products and a softmax, see ``_single_query``)."""
-    if _single_query(op):
-        return attention_decomposed(op, rewriter)
+    a single query of static shape (a decode step: q is [B, H, 1, D]) is written out instead
+    (``_single_query``)."""
+    if _single_query(op) and all(d >= 0 for d in info(op.q).shape):
+        return _single_query_attention(op, ir.BoolAttr(op.attributes["is_causal"]).value)
     scale = ir.FloatAttr(op.attributes["scale"]).value
     causal = ir.BoolAttr(op.attributes["is_causal"]).value
     operands = [op.q, op.k, op.v, _or_none(op.mask), torch_float(0.0), torch_bool(causal), torch_float(scale), torch_bool(False)]
@@ -163,15 +163,14 @@ def _rms_norm(x, weight, shape, eps, result_type):
 
 
 def _single_query(op) -> bool:
-    """A decode step's attention: one query row against the cache, q and k with the same
-    leading dims. IREE 3.13 folds the unit query dim away and compiles an attention op without
+    """A decode step's attention: one query row against the cache, q, k and v with the same
+    leading dims (the key length may be dynamic unless causal). IREE 3.13 folds the unit query dim away and compiles an attention op without
     an M dimension, whose CUDA code faulted on an H100 (CUDA_ERROR_ILLEGAL_ADDRESS in every
     compile_causal_lm decode, 2026-12-05, benchmarks/results/generate-h200-2026-12-05.md); the
-    written-out form is two matrix-vector products and a softmax, memory-bound like the op."""
+    written-out form (``_single_query_attention``) is memory-bound like the op."""
     q, k, v = info(op.q), info(op.k), info(op.v)
     causal = ir.BoolAttr(op.attributes["is_causal"]).value
-    return (q.rank == 4 and q.shape[-2] == 1 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and all(d >= 0 for d in q.shape)
-            and not (causal and k.shape[-2] < 0))  # the key length may be dynamic (a decode over the filled cache)
+    return q.rank == 4 and q.shape[-2] == 1 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and not (causal and k.shape[-2] < 0)
 
 
 def attention_decomposed(op, rewriter):
@@ -181,7 +180,7 @@ def attention_decomposed(op, rewriter):
     length, source = q.shape[-2], k.shape[-2]
     if causal and (length < 0 or source < 0):
         return None  # the causal mask is built with static sizes; keep the op for the sdpa lowering
-    if length == 1 and q.rank == 4 and k.shape[:-2] == q.shape[:-2] and info(op.v).shape[:-2] == q.shape[:-2]:
+    if _single_query(op):
         return _single_query_attention(op, causal)
     scores_type = vtensor_type([*q.shape[:-1], source], q.dtype)
     kt = build("torch.aten.transpose.int", [op.k, torch_int(-2), torch_int(-1)], vtensor_type([*k.shape[:-2], k.shape[-1], source], k.dtype))

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import cuvil_mlir
+import models
 from cuvil_mlir.compiler.importers import pt2
 from cuvil_mlir.compiler.pipeline import Options, compile_program
 from cuvil_mlir.core import params
@@ -27,15 +28,7 @@ def _llama():
                                       bos_token_id=0, eos_token_id=0)
     model = transformers.LlamaForCausalLM(config)
 
-    class Logits(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.model = m
-
-        def forward(self, ids):
-            return self.model(input_ids=ids, use_cache=False).logits
-
-    return Logits(model).eval(), (torch.randint(0, 256, (1, 8)),)
+    return models.LogitsOnly(model).eval(), (torch.randint(0, 256, (1, 8)),)
 
 
 def _weights(model) -> list[np.ndarray]:

@@ -125,7 +125,7 @@ def test_hf_phi3_packed_gate_up():
     config = Phi3Config(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
                         intermediate_size=64, vocab_size=64, attn_implementation="sdpa", bos_token_id=0,
                         eos_token_id=0, pad_token_id=0)
-    model = models._LogitsOnly(AutoModelForCausalLM.from_config(config)).eval()
+    model = models.LogitsOnly(AutoModelForCausalLM.from_config(config)).eval()
     args = (torch.randint(0, 64, (1, 8)),)
     cm = cuvil_mlir.compile(model, args, target="cpu")
     assert fired(cm, "fuse-gated-ffn", "packed_gated_ffn") == 2

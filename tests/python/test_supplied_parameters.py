@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import cuvil_mlir
+import models
 from cuvil_mlir.core import params
 from cuvil_mlir.core.diagnostics import CuvilError, PackageError
 from cuvil_mlir.runtime import session
@@ -29,15 +30,7 @@ def _llama():
             if "norm" in name:
                 p.uniform_(0.5, 1.5)  # distinct norm weights: distinct derived keys
 
-    class Logits(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.model = m
-
-        def forward(self, ids):
-            return self.model(input_ids=ids, use_cache=False).logits
-
-    return Logits(model).eval(), (torch.randint(0, 64, (1, 8)),)
+    return models.LogitsOnly(model).eval(), (torch.randint(0, 64, (1, 8)),)
 
 
 @pytest.fixture(scope="module")

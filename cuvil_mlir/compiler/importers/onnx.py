@@ -462,23 +462,24 @@ def lower_to_torch(module: ir.Module, loaded: OnnxModel, *, kept_ops=KEPT_OPS, b
     _run(module, f"builtin.module(torch-onnx-to-torch-backend-pipeline{option})", loaded)
 
 
+def _nested_ops(op) -> list:
+    """Every operation inside ``op`` (all regions, depth first), collected before any rewrite."""
+    found = []
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                found.append(inner.operation)
+                found += _nested_ops(inner.operation)
+    return found
+
+
 def _layer_norms_whole(module: ir.Module) -> int:
     """``native_layer_norm(x, shape, w, b, eps)`` whose mean and rstd results are unused ->
     ``layer_norm(x, shape, w, b, eps, false)``: the op torch.export gives and raise knows
     (torch-mlir's ONNX lowering makes every LayerNormalization a native_layer_norm, which the
     backend pipeline would decompose). Returns how many were rewritten."""
-    found = []
-
-    def visit(op):
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    o = inner.operation
-                    if o.name == "torch.aten.native_layer_norm" and all(not list(r.uses) for r in list(o.results)[1:]):
-                        found.append(o)
-                    visit(o)
-
-    visit(module.operation)
+    found = [o for o in _nested_ops(module.operation)
+             if o.name == "torch.aten.native_layer_norm" and all(not list(r.uses) for r in list(o.results)[1:])]
     with module.context:
         for o in found:
             with ir.InsertionPoint(o), o.location:
@@ -499,20 +500,11 @@ def _bitcasts_as_view_dtype(module: ir.Module) -> int:
 
     widths = {"f64": 64, "si64": 64, "f32": 32, "si32": 32, "f16": 16, "bf16": 16, "si16": 16, "si8": 8, "ui8": 8, "i1": 8}
     found = []
-
-    def visit(op):
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    o = inner.operation
-                    if o.name == "torch.operator" and ir.StringAttr(o.attributes["name"]).value == "onnx.BitCast":
-                        source, result = parse_vtensor(str(o.operands[0].type)), parse_vtensor(str(o.results[0].type))
-                        if (source and result and result.dtype in TORCH_DTYPE_CODE
-                                and widths.get(source.dtype) == widths.get(result.dtype) is not None):
-                            found.append((o, TORCH_DTYPE_CODE[result.dtype]))
-                    visit(o)
-
-    visit(module.operation)
+    for o in _nested_ops(module.operation):
+        if o.name == "torch.operator" and ir.StringAttr(o.attributes["name"]).value == "onnx.BitCast":
+            source, result = parse_vtensor(str(o.operands[0].type)), parse_vtensor(str(o.results[0].type))
+            if source and result and result.dtype in TORCH_DTYPE_CODE and widths.get(source.dtype) == widths.get(result.dtype) is not None:
+                found.append((o, TORCH_DTYPE_CODE[result.dtype]))
     with module.context:
         for o, code in found:
             with ir.InsertionPoint(o), o.location:
@@ -527,18 +519,11 @@ def _bitcasts_as_view_dtype(module: ir.Module) -> int:
 def unconverted_ops(module: ir.Module) -> list[tuple[str, str]]:
     """(ONNX op type, node name) of every ``torch.operator "onnx.*"`` left in ``module``."""
     left = []
-
-    def visit(op):
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    if inner.operation.name == "torch.operator":
-                        name = ir.StringAttr(inner.operation.attributes["name"]).value
-                        if name.startswith("onnx."):
-                            left.append((name.removeprefix("onnx."), _node_name(inner.operation.location)))
-                    visit(inner.operation)
-
-    visit(module.operation)
+    for o in _nested_ops(module.operation):
+        if o.name == "torch.operator":
+            name = ir.StringAttr(o.attributes["name"]).value
+            if name.startswith("onnx."):
+                left.append((name.removeprefix("onnx."), _node_name(o.location)))
     return left
 
 
@@ -607,18 +592,10 @@ def _name_locations(module: ir.Module, proto) -> None:
     if not scopes:
         return
     ctx = module.context
-
-    def visit(op):
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    o = inner.operation
-                    node = _node_name(o.location)
-                    if node in scopes:
-                        o.location = ir.Location.name(scopes[node], childLoc=o.location, context=ctx)
-                    visit(o)
-
-    visit(module.operation)
+    for o in _nested_ops(module.operation):
+        node = _node_name(o.location)
+        if node in scopes:
+            o.location = ir.Location.name(scopes[node], childLoc=o.location, context=ctx)
 
 
 def _module_path(node) -> str:

@@ -39,6 +39,56 @@ def _short(e, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
+def _value_facts(graph, known_limit: int):
+    """(shapes, element types, known values) of a graph's values: shapes from its inputs,
+    value_info and outputs (None for a dim without a value), known values from initializers of
+    up to ``known_limit`` elements and ``Constant`` nodes."""
+    from onnx import numpy_helper
+
+    shapes, types = {}, {}
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.type.HasField("tensor_type"):
+            types[v.name] = v.type.tensor_type.elem_type
+            if v.type.tensor_type.HasField("shape"):
+                shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
+    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer if int(np.prod(t.dims)) <= known_limit}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            value = _constant_value(node)
+            if value is not None:
+                known[node.output[0]] = value
+    return shapes, types, known
+
+
+def _expand_each(proto, op_type: str, expand, *, known_limit: int, prefix: str):
+    """The model with each ``op_type`` node replaced by ``expand(node, shapes, types, known,
+    opset, fresh name prefix)``'s nodes where that gives some (None: the node stays); None when
+    no node was replaced."""
+    shapes, types, known = _value_facts(proto.graph, known_limit=known_limit)
+    opset = _opset(proto)
+    fresh = (f"{prefix}{i}" for i in itertools.count())
+    out, changed = [], False
+    for node in proto.graph.node:
+        nodes = expand(node, shapes, types, known, opset, next(fresh)) if node.op_type == op_type else None
+        if nodes is None:
+            out.append(node)
+            continue
+        out += nodes
+        changed = True
+    return _with_nodes(proto, out) if changed else None
+
+
+def _with_nodes(proto, nodes):
+    """A copy of ``proto`` whose graph runs ``nodes``; its value_info is dropped (the caller
+    infers shapes again)."""
+    result = type(proto)()
+    result.CopyFrom(proto)
+    del result.graph.node[:]
+    result.graph.node.extend(nodes)
+    del result.graph.value_info[:]
+    return result
+
+
 def has_function_body(proto, op_type: str, domain: str | None = None) -> bool:
     """Whether ONNX defines ``op_type`` as a function (plain or context-dependent) at the
     opset ``proto`` imports for its domain (None: the domain of the model's nodes of that
@@ -176,12 +226,7 @@ def fold_constants(proto):
         changed = True
     if not changed:
         return None
-    result = type(proto)()
-    result.CopyFrom(proto)
-    del result.graph.node[:]
-    result.graph.node.extend(out)
-    del result.graph.value_info[:]  # inferred again by the caller
-    return result
+    return _with_nodes(proto, out)
 
 
 def _fold(node, known, shapes, opset):
@@ -485,11 +530,7 @@ def carry_narrow_types(proto):
                                "is not supported: float8 / float4 / int4 / int2 values are carried as float32 / int8 "
                                "through Cast, CastLike, QuantizeLinear, DequantizeLinear and data movement ops only")
         out.append(node)
-    result = type(proto)()
-    result.CopyFrom(proto)
-    del result.graph.node[:]
-    result.graph.node.extend(out)
-    del result.graph.value_info[:]  # inferred again by the caller
+    result = _with_nodes(proto, out)
     for t in result.graph.initializer:
         if narrow_type_name(t.data_type):
             t.CopyFrom(numpy_helper.from_array(_carried(numpy_helper.to_array(t), t.data_type), t.name))
@@ -803,12 +844,7 @@ def unroll_scans(proto, *, oriented_only: bool = False):
         changed = True
     if not changed:
         return None
-    result = type(proto)()
-    result.CopyFrom(proto)
-    del result.graph.node[:]
-    result.graph.node.extend(out)
-    del result.graph.value_info[:]
-    return result
+    return _with_nodes(proto, out)
 
 
 def _oriented(node) -> bool:
@@ -902,21 +938,10 @@ def expand_cumprods(proto):
     and whose length along it is static (up to ``UNROLL_LIMIT``) written as the running product
     of its slices along that axis (``exclusive``: shifted by one, starting at 1; ``reverse``:
     from the end), concatenated back; None when there is none."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     graph = proto.graph
-    shapes, types = {}, {}
-    for v in [*graph.input, *graph.value_info, *graph.output]:
-        if v.type.HasField("tensor_type"):
-            types[v.name] = v.type.tensor_type.elem_type
-            if v.type.tensor_type.HasField("shape"):
-                shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
-    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer if int(np.prod(t.dims)) <= 16}
-    for node in graph.node:
-        if node.op_type == "Constant":
-            value = _constant_value(node)
-            if value is not None:
-                known[node.output[0]] = value
+    shapes, types, known = _value_facts(graph, known_limit=16)
     fresh = (f"cuvil_cumprod{i}" for i in itertools.count())
     out, changed = [], False
     for node in graph.node:
@@ -963,12 +988,7 @@ def expand_cumprods(proto):
         changed = True
     if not changed:
         return None
-    result = type(proto)()
-    result.CopyFrom(proto)
-    del result.graph.node[:]
-    result.graph.node.extend(out)
-    del result.graph.value_info[:]
-    return result
+    return _with_nodes(proto, out)
 
 
 # --- DFT along a static axis: matrix products ---------------------------------------------------------------
@@ -985,39 +1005,7 @@ def dft_as_matmuls(proto):
     truncation to ``dft_length``, ``onesided``, ``inverse`` with its 1/n, the one-sided inverse
     giving a real signal). torch-mlir lowers DFT to ``aten.fft_*``, which IREE cannot compile,
     or not at all (opset 19). None when there is none."""
-    from onnx import helper, numpy_helper
-
-    graph = proto.graph
-    shapes, types = {}, {}
-    for v in [*graph.input, *graph.value_info, *graph.output]:
-        if v.type.HasField("tensor_type"):
-            types[v.name] = v.type.tensor_type.elem_type
-            if v.type.tensor_type.HasField("shape"):
-                shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
-    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer if int(np.prod(t.dims)) <= 16}
-    for node in graph.node:
-        if node.op_type == "Constant":
-            value = _constant_value(node)
-            if value is not None:
-                known[node.output[0]] = value
-    opset = _opset(proto)
-    fresh = (f"cuvil_dft{i}" for i in itertools.count())
-    out, changed = [], False
-    for node in graph.node:
-        nodes = _dft_nodes(node, shapes, types, known, opset, next(fresh)) if node.op_type == "DFT" else None
-        if nodes is None:
-            out.append(node)
-            continue
-        out += nodes
-        changed = True
-    if not changed:
-        return None
-    result = type(proto)()
-    result.CopyFrom(proto)
-    del result.graph.node[:]
-    result.graph.node.extend(out)
-    del result.graph.value_info[:]
-    return result
+    return _expand_each(proto, "DFT", _dft_nodes, known_limit=16, prefix="cuvil_dft")
 
 
 def _dft_nodes(node, shapes, types, known, opset: int, prefix: str):
@@ -1118,39 +1106,7 @@ def resize_as_linear_maps(proto):
     element of each output, the interpolating modes as a MatMul by the weight matrix plus the
     extrapolated constant. torch-mlir's lowering covers only some Resize forms. None when
     there is none."""
-    from onnx import helper, numpy_helper
-
-    graph = proto.graph
-    shapes, types = {}, {}
-    for v in [*graph.input, *graph.value_info, *graph.output]:
-        if v.type.HasField("tensor_type"):
-            types[v.name] = v.type.tensor_type.elem_type
-            if v.type.tensor_type.HasField("shape"):
-                shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
-    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer if int(np.prod(t.dims)) <= 64}
-    for node in graph.node:
-        if node.op_type == "Constant":
-            value = _constant_value(node)
-            if value is not None:
-                known[node.output[0]] = value
-    opset = _opset(proto)
-    fresh = (f"cuvil_resize{i}" for i in itertools.count())
-    out, changed = [], False
-    for node in graph.node:
-        nodes = _resize_nodes(node, shapes, types, known, opset, next(fresh)) if node.op_type == "Resize" else None
-        if nodes is None:
-            out.append(node)
-            continue
-        out += nodes
-        changed = True
-    if not changed:
-        return None
-    result = type(proto)()
-    result.CopyFrom(proto)
-    del result.graph.node[:]
-    result.graph.node.extend(out)
-    del result.graph.value_info[:]
-    return result
+    return _expand_each(proto, "Resize", _resize_nodes, known_limit=64, prefix="cuvil_resize")
 
 
 def _resize_nodes(node, shapes, types, known, opset: int, prefix: str):
@@ -1274,12 +1230,7 @@ def write_out_ops(proto, op_types: set[str]):
         changed = True
     if not changed:
         return None
-    result = type(proto)()
-    result.CopyFrom(proto)
-    del result.graph.node[:]
-    result.graph.node.extend(out)
-    del result.graph.value_info[:]
-    return result
+    return _with_nodes(proto, out)
 
 
 class _Emitter:
@@ -1503,15 +1454,11 @@ def scalarize_sequences(proto, inputs: dict):
             new_outputs.append(helper.make_tensor_value_info(name, elem.tensor_type.elem_type, None))
             names.append(name)
         groups_out[v.name] = names
-    result = type(proto)()
-    result.CopyFrom(proto)
-    del result.graph.node[:]
-    result.graph.node.extend(out)
+    result = _with_nodes(proto, out)
     del result.graph.input[:]
     result.graph.input.extend(new_inputs)
     del result.graph.output[:]
     result.graph.output.extend(new_outputs)
-    del result.graph.value_info[:]
     if groups_out:  # the element outputs' shapes, as shape inference gives them (the checker wants one)
         from onnx import shape_inference
 
