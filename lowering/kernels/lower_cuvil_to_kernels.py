@@ -204,7 +204,7 @@ def _repeated_kv(value):
     if x is None or x.rank != 4 or wide is None or out is None:
         return None
     b, h, t, d = x.shape
-    if len(wide.shape) != 5 or wide.shape[:2] != [b, h] or wide.shape[3:] != [t, d] or out.shape != [b, h * wide.shape[2], t, d]:
+    if len(wide.shape) != 5 or tuple(wide.shape[:2]) != (b, h) or tuple(wide.shape[3:]) != (t, d) or tuple(out.shape) != (b, h * wide.shape[2], t, d):
         return None
     return unsq.operands[0], h
 
@@ -218,9 +218,9 @@ def attention_operand(value) -> tuple[ir.Value, str]:
         return value, ""
     view = defining_op(x, _VIEWS)
     piece = defining_op(view.operands[0], "torch.aten.slice.Tensor") if view is not None else None
-    if piece is not None and info(view.operands[0]).shape == [b, t, h * d]:
+    if piece is not None and tuple(info(view.operands[0]).shape) == (b, t, h * d):
         y, start, step = info(piece.operands[0]), const_int(piece.operands[2]), const_int(piece.operands[4])
-        if (y is not None and y.rank == 3 and y.shape[:2] == [b, t] and const_int(piece.operands[1]) in (2, -1)
+        if (y is not None and y.rank == 3 and tuple(y.shape[:2]) == (b, t) and const_int(piece.operands[1]) in (2, -1)
                 and step == 1 and start is not None and 0 <= start and start + h * d <= y.shape[2]):
             n = y.shape[2]
             return piece.operands[0], f"{b}x{t}x{n}:{start}:{t * n}:{d}:{n}"
@@ -234,6 +234,8 @@ def _heads_swapped_back(op):
     while has_one_use(value):
         user = next(iter(value.uses)).owner
         user = user.opview if isinstance(user, ir.Operation) else user
+        if len(user.operation.results) != 1:  # func.return, a call's operand list
+            return None
         if user.operation.name in _VIEWS and info(user.result) is not None and info(user.result).shape == info(value).shape:
             value = user.result
             continue
@@ -271,7 +273,8 @@ def _declare_attention(module: ir.Module, op, spec: dict, symbol: str, operands:
     rebuilds the op's operands (slices, views, transposes, repeated kv heads) and is the op."""
     i64 = ir.IntegerType.get_signless(64)
     attr = {n: ir.IntegerAttr.get(i64, spec[n]) for n in ("batch", "heads", "kv_heads", "tq", "tkv", "d")}
-    attr.update({n: ir.StringAttr.get(spec[n]) for n in ("op", "dtype", "scale", *LAYOUTS)})
+    attr.update({n: ir.StringAttr.get(spec[n]) for n in ("op", "dtype", "scale")})
+    attr.update({n: ir.StringAttr.get(spec[n]) for n in LAYOUTS if spec[n]})  # a contiguous [B, H, T, D] says nothing
     attr["causal"] = ir.BoolAttr.get(spec["causal"])
     inputs = [v.type for v in operands]
     with ir.InsertionPoint(module.body), op.location:
