@@ -19,6 +19,14 @@ can see are visited (causal programs stop at the diagonal, and the heaviest diag
 are launched first); masking is applied only in the blocks that need it (the diagonal and the
 ragged last key block). Grid: ``(ceil(Tq / BM), B·Hq)``.
 
+Layouts: by default every operand is a contiguous ``[B, H, T, D]``. A spec may instead give
+an operand's layout as element strides into the tensor the dispatch passes (``layout``:
+``"SHAPE:offset:batch stride:head stride:token stride"``, D contiguous): q, k and v then come
+straight from the ``[B, T, N]`` output of a fused QKV projection (offset = the slice start,
+token stride N: no copy, no transpose) or from a ``[B, T, H, D]`` tensor, and o is written as
+``[B, T, H, D]`` for the output projection (lower-cuvil-to-kernels finds these layouts). Strided
+operands use pointer loads (the TMA descriptors assume the default layout).
+
 Every size is a constexpr (one kernel per shape, as for linear). The entry takes q, k, v, o
 and Triton's two hidden pointers (global scratch, where the TMA descriptors are written, and
 profile scratch), all bindings of the extern dispatch.
@@ -55,6 +63,27 @@ class AttentionSpec:
     dtype: str  # f16 | bf16
     causal: bool
     scale: float
+    # "" (a contiguous [B, H, T, D] operand) or "SHAPE:offset:sb:sh:st" (see the module doc)
+    q_layout: str = ""
+    k_layout: str = ""
+    v_layout: str = ""
+    o_layout: str = ""
+
+    def layout(self, which: str) -> tuple[list[int], int, int, int, int]:
+        """(tensor shape, offset, batch stride, head stride, token stride) of operand ``which``
+        (q, k, v or o), in elements."""
+        text = getattr(self, f"{which}_layout")
+        heads = self.kv_heads if which in "kv" else self.heads
+        t = self.tkv if which in "kv" else self.tq
+        if not text:
+            return [self.batch, heads, t, self.d], 0, heads * t * self.d, t * self.d, self.d
+        shape, *strides = text.split(":")
+        off, sb, sh, st = (int(x) for x in strides)
+        return [int(x) for x in shape.split("x")], off, sb, sh, st
+
+    @property
+    def strided(self) -> bool:
+        return any((self.q_layout, self.k_layout, self.v_layout, self.o_layout))
 
     def check(self) -> None:
         """Raise CompileError when the kernel does not cover this attention."""
@@ -66,6 +95,14 @@ class AttentionSpec:
             raise CompileError(f"attention kernel: {self.kv_heads} kv heads do not divide {self.heads} q heads")
         if min(self.batch, self.tq, self.tkv) <= 0:
             raise CompileError(f"attention kernel: empty tensor ({self})")
+        for which in "qkvo":
+            shape, off, sb, sh, st = self.layout(which)
+            heads = self.kv_heads if which in "kv" else self.heads
+            t = self.tkv if which in "kv" else self.tq
+            last = off + (self.batch - 1) * sb + (heads - 1) * sh + (t - 1) * st + self.d
+            if min(off, sb, sh, st) < 0 or last > math.prod(shape) or (st % 8 or sh % 8 or sb % 8 or off % 8):
+                raise CompileError(f"attention kernel: {which} layout {self.layout(which)} does not fit its tensor "
+                                   "or is not 16-byte aligned")
 
 
 @dataclass(frozen=True)
@@ -136,22 +173,24 @@ def kernel():
     import triton.language as tl
 
     @triton.jit
-    def _load(desc, ptr, row, start, rows: tl.constexpr, T: tl.constexpr, D: tl.constexpr, TMA: tl.constexpr,
-              RAGGED: tl.constexpr):
-        # rows [start, start + rows) of head ``row`` as [rows, D]; past T: zeros
+    def _load(desc, base, row, start, rows: tl.constexpr, T: tl.constexpr, D: tl.constexpr, ST: tl.constexpr,
+              TMA: tl.constexpr, RAGGED: tl.constexpr):
+        # rows [start, start + rows) of one head as [rows, D] (TMA: head ``row`` of the [B·H, T, D]
+        # descriptor; pointers: from ``base``, token stride ST); past T: zeros
         if TMA:
             return desc.load([row, start, 0]).reshape(rows, D)
         offs = start + tl.arange(0, rows)
-        p = ptr + row * T * D + offs[:, None] * D + tl.arange(0, D)[None, :]
+        p = base + offs[:, None] * ST + tl.arange(0, D)[None, :]
         if RAGGED:
             return tl.load(p, mask=offs[:, None] < T, other=0.0)
         return tl.load(p)
 
     @triton.jit
-    def _step(acc, l_i, m_i, q, kd, vd, k_ptr, v_ptr, kv_row, start, rows, qk_scale, TKV: tl.constexpr,
-              D: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr, TMA: tl.constexpr):
+    def _step(acc, l_i, m_i, q, kd, vd, k_base, v_base, kv_row, start, rows, qk_scale, TKV: tl.constexpr,
+              D: tl.constexpr, K_ST: tl.constexpr, V_ST: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr,
+              MASK: tl.constexpr, TMA: tl.constexpr):
         # one block of BN keys: scores, online softmax (base 2), acc += p · v
-        k = _load(kd, k_ptr, kv_row, start, BN, TKV, D, TMA, MASK)
+        k = _load(kd, k_base, kv_row, start, BN, TKV, D, K_ST, TMA, MASK)
         qk = tl.dot(q, k.T)
         if MASK:
             cols = start + tl.arange(0, BN)
@@ -167,20 +206,30 @@ def kernel():
         p = tl.math.exp2(qk)
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load(vd, v_ptr, kv_row, start, BN, TKV, D, TMA, MASK)
+        v = _load(vd, v_base, kv_row, start, BN, TKV, D, V_ST, TMA, MASK)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         return acc, l_i, m_new
 
     @triton.jit
     def cuvil_attention(q_ptr, k_ptr, v_ptr, o_ptr, BH: tl.constexpr, HQ: tl.constexpr, GROUP: tl.constexpr,
                         TQ: tl.constexpr, TKV: tl.constexpr, D: tl.constexpr, SCALE: tl.constexpr,
-                        CAUSAL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, TMA: tl.constexpr):
-        # BH = B * HQ; GROUP = HQ / HKV (q heads per kv head)
+                        CAUSAL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, TMA: tl.constexpr,
+                        Q_OFF: tl.constexpr, Q_SB: tl.constexpr, Q_SH: tl.constexpr, Q_ST: tl.constexpr,
+                        K_OFF: tl.constexpr, K_SB: tl.constexpr, K_SH: tl.constexpr, K_ST: tl.constexpr,
+                        V_OFF: tl.constexpr, V_SB: tl.constexpr, V_SH: tl.constexpr, V_ST: tl.constexpr,
+                        O_SB: tl.constexpr, O_SH: tl.constexpr, O_ST: tl.constexpr):
+        # BH = B * HQ; GROUP = HQ / HKV (q heads per kv head); X_OFF/SB/SH/ST: element offset and
+        # batch, head and token strides of q, k, v, o (D contiguous)
         pid_m = tl.program_id(0)
         if CAUSAL:  # the diagonal's long rows first: they take the most steps
             pid_m = tl.num_programs(0) - 1 - pid_m
         bh = tl.program_id(1)
-        kv_row = (bh // HQ) * (HQ // GROUP) + (bh % HQ) // GROUP
+        b = bh // HQ
+        h = bh % HQ
+        kv_h = h // GROUP
+        kv_row = b * (HQ // GROUP) + kv_h
+        k_base = k_ptr + K_OFF + b * K_SB + kv_h * K_SH
+        v_base = v_ptr + V_OFF + b * V_SB + kv_h * V_SH
         m0 = pid_m * BM
         if TMA:
             qd = tl.make_tensor_descriptor(q_ptr, shape=[BH, TQ, D], strides=[TQ * D, D, 1], block_shape=[1, BM, D])
@@ -191,7 +240,7 @@ def kernel():
             kd = 0
             vd = 0
         rows = m0 + tl.arange(0, BM)
-        q = _load(qd, q_ptr, bh, m0, BM, TQ, D, TMA, TQ % BM != 0)
+        q = _load(qd, q_ptr + Q_OFF + b * Q_SB + h * Q_SH, bh, m0, BM, TQ, D, Q_ST, TMA, TQ % BM != 0)
         qk_scale = SCALE * 1.4426950408889634  # log2(e): exp(x) = exp2(x log2 e)
         m_i = tl.full([BM], float("-inf"), tl.float32)
         l_i = tl.zeros([BM], tl.float32)
@@ -204,17 +253,17 @@ def kernel():
             full = (TKV // BN) * BN
             end = TKV
         for start in tl.range(0, full, BN):
-            acc, l_i, m_i = _step(acc, l_i, m_i, q, kd, vd, k_ptr, v_ptr, kv_row, start, rows, qk_scale, TKV, D, BN,
-                                  CAUSAL, False, TMA)
+            acc, l_i, m_i = _step(acc, l_i, m_i, q, kd, vd, k_base, v_base, kv_row, start, rows, qk_scale, TKV, D,
+                                  K_ST, V_ST, BN, CAUSAL, False, TMA)
         for start in tl.range(full, end, BN):
-            acc, l_i, m_i = _step(acc, l_i, m_i, q, kd, vd, k_ptr, v_ptr, kv_row, start, rows, qk_scale, TKV, D, BN,
-                                  CAUSAL, True, TMA)
+            acc, l_i, m_i = _step(acc, l_i, m_i, q, kd, vd, k_base, v_base, kv_row, start, rows, qk_scale, TKV, D,
+                                  K_ST, V_ST, BN, CAUSAL, True, TMA)
         out = (acc / l_i[:, None]).to(o_ptr.dtype.element_ty)
         if TMA:
             od = tl.make_tensor_descriptor(o_ptr, shape=[BH, TQ, D], strides=[TQ * D, D, 1], block_shape=[1, BM, D])
             od.store([bh, m0, 0], out.reshape(1, BM, D))
         else:
-            p = o_ptr + bh * TQ * D + rows[:, None] * D + tl.arange(0, D)[None, :]
+            p = o_ptr + b * O_SB + h * O_SH + rows[:, None] * O_ST + tl.arange(0, D)[None, :]
             tl.store(p, out, mask=rows[:, None] < TQ)
 
     _ATTENTION = cuvil_attention
@@ -226,9 +275,14 @@ _ATTENTION = None
 
 def constexprs(spec: AttentionSpec, config: AttentionConfig) -> dict:
     """The kernel's constexpr arguments for one attention and config."""
+    strides = {}
+    for which in "qkvo":
+        _, off, sb, sh, st = spec.layout(which)
+        w = which.upper()
+        strides.update({f"{w}_SB": sb, f"{w}_SH": sh, f"{w}_ST": st, **({f"{w}_OFF": off} if which != "o" else {})})
     return dict(BH=spec.batch * spec.heads, HQ=spec.heads, GROUP=spec.heads // spec.kv_heads, TQ=spec.tq, TKV=spec.tkv,
                 D=spec.d, SCALE=float(spec.scale), CAUSAL=int(spec.causal), BM=config.bm, BN=config.bn,
-                TMA=int(config.kind == "tma"))
+                TMA=int(config.kind == "tma"), **strides)
 
 
 def grid_of(spec: AttentionSpec, config: AttentionConfig) -> tuple[int, int]:
@@ -238,7 +292,8 @@ def grid_of(spec: AttentionSpec, config: AttentionConfig) -> tuple[int, int]:
 def kernel_name(spec: AttentionSpec, config: AttentionConfig) -> str:
     digest = hashlib.sha256(repr((asdict(spec), asdict(config))).encode()).hexdigest()[:8]
     shape = f"{spec.batch}x{spec.heads}x{spec.kv_heads}x{spec.tq}x{spec.tkv}x{spec.d}"
-    return f"cuvil_attention_{shape}_{spec.dtype}{'_causal' if spec.causal else ''}_{config.key}_{digest}"
+    return (f"cuvil_attention_{shape}_{spec.dtype}{'_causal' if spec.causal else ''}{'_strided' if spec.strided else ''}"
+            f"_{config.key}_{digest}")
 
 
 def build_attention(spec: AttentionSpec, config: AttentionConfig | None = None) -> AttentionBinary:
@@ -250,6 +305,8 @@ def build_attention(spec: AttentionSpec, config: AttentionConfig | None = None) 
     config = config or select_config(spec)
     if config is None:
         raise CompileError(f"the attention table prefers IREE's codegen for {spec}")
+    if spec.strided and config.kind == "tma":  # the descriptors assume contiguous [B, H, T, D]
+        config = AttentionConfig(config.bm, config.bn, config.warps, config.stages, "pointers")
     name = kernel_name(spec, config)
     key = hashlib.sha256(json.dumps([_source_hash(), name, asdict(spec), asdict(config)]).encode()).hexdigest()[:24]
     cache = ck._cache_dir() / key
@@ -307,8 +364,7 @@ def dispatch_function(symbol: str, kb: AttentionBinary, *, torch_types: bool = T
     (the signature lower-cuvil-to-kernels declares), else builtin tensors."""
     s = kb.spec
     t = s.dtype
-    shapes = {"q": [s.batch, s.heads, s.tq, s.d], "k": [s.batch, s.kv_heads, s.tkv, s.d],
-              "v": [s.batch, s.kv_heads, s.tkv, s.d], "o": [s.batch, s.heads, s.tq, s.d]}
+    shapes = {n: s.layout(n)[0] for n in "qkvo"}
     builtin = {n: f"tensor<{'x'.join(map(str, d))}x{t}>" for n, d in shapes.items()}
     vtensor = {n: f"!torch.vtensor<[{','.join(map(str, d))}],{t}>" for n, d in shapes.items()}
     outer = vtensor if torch_types else builtin
@@ -350,7 +406,8 @@ def spec_from_record(spec: dict) -> AttentionSpec:
     """The AttentionSpec of a ``cuvil.kernel_spec`` that lower-cuvil-to-kernels wrote (the scale
     travels as a string: the hand-off's attribute reader knows integers, booleans and strings)."""
     return AttentionSpec(spec["batch"], spec["heads"], spec["kv_heads"], spec["tq"], spec["tkv"], spec["d"],
-                         spec["dtype"], spec["causal"], float(spec["scale"]))
+                         spec["dtype"], spec["causal"], float(spec["scale"]),
+                         *(spec.get(f"{n}_layout", "") for n in "qkvo"))
 
 
 def materialize(symbol: str, spec: dict) -> tuple[str | None, dict]:

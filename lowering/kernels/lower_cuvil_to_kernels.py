@@ -28,10 +28,19 @@ the out features multiples of 8 (TMA needs 16-byte row strides); any activation 
 cuvil.linear, gated ones included; leading input dims of any rank, flattened into M.
 
 ``cuvil.attention`` ops the attention kernel covers become calls the same way, one private
-function per (shape, dtype, causal, scale) whose body is the op (no views: the kernel takes the
-op's own ``[B, H, T, D]`` layout)::
+function per (shape, dtype, causal, scale, layouts)::
 
     %o = func.call @cuvil_kernel_attention_1x32x8x512x512x64_f16_causal_s0p125(%q, %k, %v)
+
+The kernel reads strided operands, so the call takes what the heads were cut from rather than
+the ``[B, H, T, D]`` copies a transformer's attention block makes (``attention_operand``): a q,
+k or v that is ``permute(view(slice(y)))`` of a fused QKV projection's ``[B, T, N]`` output
+passes ``y`` itself (offset and token stride in the spec), one that is a ``[B, T, H, D]``
+tensor transposed passes that tensor, and HF's ``repeat_kv`` (unsqueeze, broadcast, view) of
+grouped k/v heads passes the kv heads once; a result whose one use (through same-shape views)
+swaps heads and tokens back is written as ``[B, T, H, D]``, the call replacing that transpose.
+The private function takes those tensors and its body rebuilds the slices, views, transposes
+and repeats around the op, so IREE's codegen computes the same where no kernel is built.
 
 Its contract: static shapes; rank 4 ``[B, H, T, D]``; q, k, v and the result of one dtype, f16
 or bf16; head dim 64 or 128 (q, k and v alike); k/v heads dividing q heads (grouped-query
@@ -44,6 +53,7 @@ Test: tests/lowering/lower-cuvil-to-kernels.mlir.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -53,7 +63,9 @@ import numpy as np
 from cuvil_mlir.core.diagnostics import module_path
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.passes import FunctionPass
-from cuvil_mlir.core.patterns import Firings, build, defining_op, has_one_use, info, torch_int_list, vtensor_type
+from cuvil_mlir.core.patterns import (
+    Firings, build, const_int, const_int_list, defining_op, has_one_use, info, torch_int, torch_int_list, vtensor_type,
+)
 from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.lowering.common import CASTS, convert, fold
 
@@ -154,30 +166,136 @@ def attention_spec_of(op) -> dict:
             "scale": repr(ir.FloatAttr(op.attributes["scale"]).value)}
 
 
+LAYOUTS = ("q_layout", "k_layout", "v_layout", "o_layout")
+_VIEWS = ("torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view")
+
+
 def attention_symbol_of(spec: dict) -> str:
     shape = "x".join(str(spec[n]) for n in ("batch", "heads", "kv_heads", "tq", "tkv", "d"))
     scale = spec["scale"].replace(".", "p").replace("-", "m").replace("+", "")
-    return f"cuvil_kernel_attention_{shape}_{spec['dtype']}{'_causal' if spec['causal'] else ''}_s{scale}"
+    layouts = "|".join(spec.get(n, "") for n in LAYOUTS)
+    strided = f"_l{hashlib.sha256(layouts.encode()).hexdigest()[:8]}" if layouts.strip("|") else ""
+    return f"cuvil_kernel_attention_{shape}_{spec['dtype']}{'_causal' if spec['causal'] else ''}_s{scale}{strided}"
 
 
-def _declare_attention(module: ir.Module, op, spec: dict, symbol: str):
-    """The private function computing one attention: its body is the op itself."""
+def _swapped_heads(value):
+    """x when ``value`` is the rank-4 x with dims 1 and 2 swapped (permute [0, 2, 1, 3] or
+    transpose(1, 2)), else None."""
+    op = defining_op(value, ("torch.aten.permute", "torch.aten.transpose.int"))
+    if op is None or info(value) is None or info(value).rank != 4:
+        return None
+    if op.operation.name == "torch.aten.permute":
+        ok = const_int_list(op.operands[1]) in ([0, 2, 1, 3], [0, -2, -3, -1], [0, 2, 1, -1])
+    else:
+        dims = {d % 4 for d in (const_int(op.operands[1]), const_int(op.operands[2])) if d is not None}
+        ok = dims == {1, 2}
+    return op.operands[0] if ok else None
+
+
+def _repeated_kv(value):
+    """(x, x's heads) when ``value`` is HF's repeat_kv of x ``[B, Hkv, T, D]``:
+    view(broadcast_to(unsqueeze(x, 2), [B, Hkv, n, T, D]), [B, Hkv·n, T, D]); else None."""
+    view = defining_op(value, _VIEWS)
+    bcast = defining_op(view.operands[0], ("torch.aten.broadcast_to", "torch.aten.expand")) if view is not None else None
+    unsq = defining_op(bcast.operands[0], "torch.aten.unsqueeze") if bcast is not None else None
+    if unsq is None or const_int(unsq.operands[1]) not in (2, -3):
+        return None
+    x, wide, out = info(unsq.operands[0]), info(bcast.result), info(value)
+    if x is None or x.rank != 4 or wide is None or out is None:
+        return None
+    b, h, t, d = x.shape
+    if len(wide.shape) != 5 or tuple(wide.shape[:2]) != (b, h) or tuple(wide.shape[3:]) != (t, d) or tuple(out.shape) != (b, h * wide.shape[2], t, d):
+        return None
+    return unsq.operands[0], h
+
+
+def attention_operand(value) -> tuple[ir.Value, str]:
+    """(the tensor the kernel reads, its layout string, "" for ``value`` itself as contiguous
+    ``[B, H, T, D]``) for one [B, H, T, D] operand (targets/cuda_attention_kernels.py)."""
+    b, h, t, d = info(value).shape
+    x = _swapped_heads(value)
+    if x is None:
+        return value, ""
+    view = defining_op(x, _VIEWS)
+    piece = defining_op(view.operands[0], "torch.aten.slice.Tensor") if view is not None else None
+    if piece is not None and tuple(info(view.operands[0]).shape) == (b, t, h * d):
+        y, start, step = info(piece.operands[0]), const_int(piece.operands[2]), const_int(piece.operands[4])
+        if (y is not None and y.rank == 3 and tuple(y.shape[:2]) == (b, t) and const_int(piece.operands[1]) in (2, -1)
+                and step == 1 and start is not None and 0 <= start and start + h * d <= y.shape[2]):
+            n = y.shape[2]
+            return piece.operands[0], f"{b}x{t}x{n}:{start}:{t * n}:{d}:{n}"
+    return x, f"{b}x{t}x{h}x{d}:0:{t * h * d}:{d}:{h * d}"
+
+
+def _heads_swapped_back(op):
+    """The op (permute / transpose) that turns the attention's result back into [B, T, H, D],
+    when it is the one use of the result (through same-shape views), else None."""
+    value = op.result
+    while has_one_use(value):
+        user = next(iter(value.uses)).owner
+        user = user.opview if isinstance(user, ir.Operation) else user
+        if len(user.operation.results) != 1:  # func.return, a call's operand list
+            return None
+        if user.operation.name in _VIEWS and info(user.result) is not None and info(user.result).shape == info(value).shape:
+            value = user.result
+            continue
+        return user if _swapped_heads(user.result) is not None and user.operands[0] == value else None
+    return None
+
+
+def _rebuild_operand(arg, layout: str, heads: int, spec: dict, which: str):
+    """In the fallback body: the [B, H, T, D] operand from what the call passes."""
+    b, t, d = spec["batch"], spec["tkv"] if which in "kv" else spec["tq"], spec["d"]
+    if not layout:
+        return arg
+    shape = [int(x) for x in layout.split(":")[0].split("x")]
+    dtype = spec["dtype"]
+    if len(shape) == 3:  # a slice of [B, T, N]
+        start = int(layout.split(":")[1])
+        arg = build("torch.aten.slice.Tensor", [arg, torch_int(2), torch_int(start), torch_int(start + heads * d), torch_int(1)],
+                    vtensor_type([b, t, heads * d], dtype))
+        arg = build("torch.aten.view", [arg, torch_int_list([b, t, heads, d])], vtensor_type([b, t, heads, d], dtype))
+    return build("torch.aten.transpose.int", [arg, torch_int(1), torch_int(2)], vtensor_type([b, heads, t, d], dtype))
+
+
+def _repeat_heads(x, spec: dict):
+    """k/v ``[B, Hkv, T, D]`` repeated to the q heads (HF's repeat_kv), in the fallback body."""
+    b, hkv, h, t, d, dtype = spec["batch"], spec["kv_heads"], spec["heads"], spec["tkv"], spec["d"], spec["dtype"]
+    if hkv == h:
+        return x
+    x = build("torch.aten.unsqueeze", [x, torch_int(2)], vtensor_type([b, hkv, 1, t, d], dtype))
+    x = build("torch.aten.broadcast_to", [x, torch_int_list([b, hkv, h // hkv, t, d])], vtensor_type([b, hkv, h // hkv, t, d], dtype))
+    return build("torch.aten.view", [x, torch_int_list([b, h, t, d])], vtensor_type([b, h, t, d], dtype))
+
+
+def _declare_attention(module: ir.Module, op, spec: dict, symbol: str, operands: list, repeated: bool, result_type):
+    """The private function computing one attention from the tensors the call passes: its body
+    rebuilds the op's operands (slices, views, transposes, repeated kv heads) and is the op."""
     i64 = ir.IntegerType.get_signless(64)
     attr = {n: ir.IntegerAttr.get(i64, spec[n]) for n in ("batch", "heads", "kv_heads", "tq", "tkv", "d")}
     attr.update({n: ir.StringAttr.get(spec[n]) for n in ("op", "dtype", "scale")})
+    attr.update({n: ir.StringAttr.get(spec[n]) for n in LAYOUTS if spec[n]})  # a contiguous [B, H, T, D] says nothing
     attr["causal"] = ir.BoolAttr.get(spec["causal"])
-    inputs = [op.q.type, op.k.type, op.v.type]
+    inputs = [v.type for v in operands]
     with ir.InsertionPoint(module.body), op.location:
         func = ir.Operation.create(
             "func.func", regions=1,
             attributes={"sym_name": ir.StringAttr.get(symbol), "sym_visibility": ir.StringAttr.get("private"),
-                        "function_type": ir.TypeAttr.get(ir.FunctionType.get(inputs, [op.result.type])),
+                        "function_type": ir.TypeAttr.get(ir.FunctionType.get(inputs, [result_type])),
                         KERNEL_ATTR: ir.StringAttr.get("attention"), SPEC_ATTR: ir.DictAttr.get(attr)})
         block = func.regions[0].blocks.append(*inputs)
         with ir.InsertionPoint(block):
-            q, k, v = block.arguments
+            kv_heads = spec["kv_heads"] if repeated else spec["heads"]
+            q = _rebuild_operand(block.arguments[0], spec["q_layout"], spec["heads"], spec, "q")
+            k = _rebuild_operand(block.arguments[1], spec["k_layout"], kv_heads, spec, "k")
+            v = _rebuild_operand(block.arguments[2], spec["v_layout"], kv_heads, spec, "v")
+            if repeated:
+                k, v = _repeat_heads(k, spec), _repeat_heads(v, spec)
             out = cuvil.attention(op.result.type, q, k, v, scale=ir.FloatAttr(op.attributes["scale"]).value,
                                   is_causal=spec["causal"])
+            if spec["o_layout"]:
+                b, h, t, d = info(op.result).shape
+                out = build("torch.aten.transpose.int", [out, torch_int(1), torch_int(2)], vtensor_type([b, t, h, d], spec["dtype"]))
             ir.Operation.create("func.return", operands=[out])
     return func
 
@@ -343,17 +461,39 @@ def _run(module: ir.Module) -> Firings:
             fired.record(f"kept attention: {reason}", op.location)
             continue
         spec = attention_spec_of(op)
+        k_value, v_value = op.k, op.v
+        k_rep, v_rep = _repeated_kv(op.k), _repeated_kv(op.v)
+        repeated = k_rep is not None and v_rep is not None and k_rep[1] == v_rep[1]
+        if repeated:  # HF's repeat_kv: the kernel reads each kv head once (grouped-query attention)
+            (k_value, spec["kv_heads"]), v_value = k_rep, v_rep[0]
+        operands, layouts = zip(*(attention_operand(v) for v in (op.q, k_value, v_value)))
+        spec.update(q_layout=layouts[0], k_layout=layouts[1], v_layout=layouts[2], o_layout="")
+        back = _heads_swapped_back(op)
+        b, h, t, d = info(op.result).shape
+        if back is not None:
+            spec["o_layout"] = f"{b}x{t}x{h}x{d}:0:{t * h * d}:{d}:{h * d}"
+        result_type = back.result.type if back is not None else op.result.type
         symbol = attention_symbol_of(spec)
         if symbol not in functions:
-            functions[symbol] = _declare_attention(module, op, spec, symbol)
+            functions[symbol] = _declare_attention(module, op, spec, symbol, list(operands), repeated, result_type)
         sites.setdefault(symbol, []).append(module_path(op.location))
         with ir.InsertionPoint(op.operation), op.location:
-            call = ir.Operation.create("func.call", results=[op.result.type], operands=[op.q, op.k, op.v],
+            call = ir.Operation.create("func.call", results=[result_type], operands=list(operands),
                                        attributes={"callee": ir.FlatSymbolRefAttr.get(symbol)})
-        op.result.replace_all_uses_with(call.result)
         loc = op.location
+        if back is not None:  # the call writes [B, T, H, D]: it replaces the transpose back and the views before it
+            back.result.replace_all_uses_with(call.result)
+            chain, value = [back], back.operands[0]
+            while value != op.result:
+                view = defining_op(value)
+                chain.append(view)
+                value = view.operands[0]
+            for dead in chain:
+                dead.operation.erase()
+        else:
+            op.result.replace_all_uses_with(call.result)
         op.operation.erase()
-        fired.record("attention", loc)
+        fired.record("attention" if not (repeated or any(layouts) or back is not None) else "attention (strided)", loc)
     for symbol, paths in sites.items():
         func = functions[symbol]
         old = [ir.StringAttr(a).value for a in ir.ArrayAttr(func.attributes[SITES_ATTR])] if SITES_ATTR in func.attributes else []

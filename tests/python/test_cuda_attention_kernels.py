@@ -118,6 +118,52 @@ def test_kernel_numerics_in_the_triton_interpreter(kind):
     assert len(errors) == len(CASES) and max(errors) < 3e-3, r.stdout
 
 
+STRIDED_CASES = [  # (b, hq, hkv, t, d, causal): q, k, v sliced from one fused [B, T, N] projection, o as [B, T, H, D]
+    (2, 4, 2, 70, 64, True), (1, 2, 2, 33, 128, False), (1, 4, 1, 1, 64, False),
+]
+
+_INTERPRET_STRIDED = _INTERPRET.split("torch.manual_seed(0)")[0] + """
+torch.manual_seed(0)
+for b, hq, hkv, t, d, causal in CASES:
+    n = (hq + 2 * hkv) * d
+    lay = lambda start: f"{b}x{t}x{n}:{start}:{t * n}:{d}:{n}"
+    spec = ak.AttentionSpec(b, hq, hkv, t, t, d, "f16", causal, d ** -0.5, lay(0), lay(hq * d), lay((hq + hkv) * d),
+                            f"{b}x{t}x{hq}x{d}:0:{t * hq * d}:{d}:{hq * d}")
+    spec.check()
+    y = torch.randn(b, t, n).half()
+    o = torch.zeros(b, t, hq, d).half()
+    fn[ak.grid_of(spec, ak.AttentionConfig(64, 32, 4, 2, "pointers"))](
+        y, y, y, o, **ak.constexprs(spec, ak.AttentionConfig(64, 32, 4, 2, "pointers")))
+    q, k, v = (y[..., a:a + h * d].reshape(b, t, h, d).transpose(1, 2).float()
+               for a, h in ((0, hq), (hq * d, hkv), ((hq + hkv) * d, hkv)))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv).transpose(1, 2)
+    print(b, hq, hkv, t, d, causal, float((o.float() - ref).abs().max()))
+"""
+
+
+@needs_triton
+def test_strided_layouts_in_the_triton_interpreter():
+    """q, k and v read straight from a fused QKV projection's [B, T, N] output (offsets and token
+    stride N), grouped kv heads, o written as [B, T, H, D]: the layouts lower-cuvil-to-kernels
+    passes for a transformer's attention block, against SDPA on the sliced views."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", f"CASES = {STRIDED_CASES!r}\n" + _INTERPRET_STRIDED], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    errors = [float(line.split()[-1]) for line in r.stdout.splitlines()]
+    assert len(errors) == len(STRIDED_CASES) and max(errors) < 3e-3, r.stdout
+
+
+def test_strided_layout_outside_its_tensor_is_refused():
+    bad = ak.AttentionSpec(1, 2, 2, 16, 16, 64, "f16", True, 0.125, q_layout="1x16x384:320:6144:64:384")
+    with pytest.raises(CompileError, match="q layout"):
+        bad.check()
+
+
 class _Attention(torch.nn.Module):
     def __init__(self, mask=None):
         super().__init__()
@@ -177,3 +223,61 @@ def test_a_large_constant_causal_mask_gets_the_causal_kernel():
     (record,) = compiled.metadata["kernels"]
     assert record["kernel"] and record["causal"] is True, record
     assert compiled.patterns_fired["lower-cuvil-to-kernels"] == {"attention": 1}
+
+
+def test_strided_kernel_function_computes_what_the_op_did():
+    """The strided attention's kernel function (what a target without the kernel compiles: its
+    body rebuilds the slices, views, repeated kv heads and the transpose back) gives the numbers
+    of the block it replaced, on IREE's CPU. The block is the lit test's @strided."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from cuvil_mlir.compiler.context import make_context
+    from cuvil_mlir.core.ir import parse_module
+    from cuvil_mlir.core.passes import run_pipeline
+    from cuvil_mlir.lowering import builtin_registry
+    from cuvil_mlir.runtime.session import Session
+    from cuvil_mlir.targets import iree, parse_target
+
+    lit = Path(__file__).parents[1] / "lowering" / "kernels" / "lower-cuvil-to-kernels.mlir"
+    (text,) = [chunk for chunk in lit.read_text().split("// -----") if "func.func @strided" in chunk]
+    cpu, registry = parse_target("cpu"), builtin_registry()
+    y = np.random.default_rng(0).standard_normal((2, 16, 512)).astype(np.float16)
+    outs = []
+    for passes in (["lower-cuvil-to-torch"], ["lower-cuvil-to-kernels", "lower-cuvil-to-torch"]):
+        module = parse_module(text, make_context())
+        fired = run_pipeline(module, [registry.get(p) for p in passes + ["verify-no-cuvil"]])
+        outs.append(Session(iree.compile_to_vmfb(module, cpu.iree_flags()), cpu.driver).invoke("strided", [y])[0])
+    assert fired["lower-cuvil-to-kernels"] == {"attention (strided)": 1}
+    q, k, v = (torch.from_numpy(y[..., a:a + h * 64]).float().reshape(2, 16, h, 64).transpose(1, 2)
+               for a, h in ((0, 4), (256, 2), (384, 2)))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2).reshape(2, 16, 256)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert float((torch.from_numpy(outs[1]).float() - ref).abs().max()) < 2e-3
+
+
+@needs_triton
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_hf_attention_blocks_get_the_strided_kernel(arch):
+    """HF GPT-2 (fused c_attn, split) and Llama (q/k/v projections fused horizontally, RoPE on q
+    and k, repeat_kv of 2 kv heads) in fp16 on cuda:h200: every attention reads v (and GPT-2's q
+    and k) from the fused projection's output and writes [B, T, H, D] for the output projection,
+    Llama's kv heads read once."""
+    import cuvil_mlir
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=512, use_cache=False))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
+                                             intermediate_size=512, vocab_size=512, use_cache=False))
+    compiled = cuvil_mlir.compile(model.eval().half(), (torch.randint(0, 512, (2, 32)),), target="cuda:h200")
+    assert compiled.patterns_fired["lower-cuvil-to-kernels"]["attention (strided)"] == 2
+    (record,) = {r["function"]: r for r in compiled.metadata["kernels"] if r["function"].startswith("cuvil_kernel_attention")}.values()
+    assert "_strided_" in record["kernel"] and record["kv_heads"] == (4 if arch == "gpt2" else 2)
+    n = 3 * 256 if arch == "gpt2" else 256 + 2 * 128
+    assert record["v_layout"] == f"2x32x{n}:{n - (256 if arch == 'gpt2' else 128)}:{32 * n}:64:{n}"
+    assert record["o_layout"] == "2x32x4x64:0:8192:64:256"
+    assert (record.get("q_layout") == f"2x32x{n}:0:{32 * n}:64:{n}") == (arch == "gpt2")  # Llama's RoPE writes q itself

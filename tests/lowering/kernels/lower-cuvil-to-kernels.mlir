@@ -172,3 +172,63 @@ func.func @attention_kept(%x: !torch.vtensor<[1,4,16,64],f16>, %m: !torch.vtenso
   %5 = "cuvil.attention"(%x, %k3, %k3) {is_causal = true, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (!torch.vtensor<[1,4,16,64],f16>, !torch.vtensor<[1,3,16,64],f16>, !torch.vtensor<[1,3,16,64],f16>) -> !torch.vtensor<[1,4,16,64],f16>
   return %0, %1, %2, %3, %4, %5 : !torch.vtensor<[1,4,16,64],f16>, !torch.vtensor<[1,4,?,64],f16>, !torch.vtensor<[1,4,16,80],f16>, !torch.vtensor<[1,4,16,64],f32>, !torch.vtensor<[4,16,64],f16>, !torch.vtensor<[1,4,16,64],f16>
 }
+
+// -----
+
+// Attention as a transformer block writes it: q, k and v cut from one fused QKV projection
+// ([B, T, N] slices, viewed to heads and transposed), k/v repeated to the q heads (HF's
+// repeat_kv), the result transposed back to [B, T, H, D]. The call takes the fused tensor
+// itself (layouts: offset and strides in elements), reads each kv head once and writes
+// [B, T, H, D] in place of the transpose back; the body rebuilds the views around the op.
+// CHECK-LABEL: func.func @strided
+// CHECK:         %[[O:[0-9]+]] = call @cuvil_kernel_attention_2x4x2x16x16x64_f16_causal_s0p125_l{{[0-9a-f]+}}(%arg0, %arg0, %arg0) : (!torch.vtensor<[2,16,512],f16>, !torch.vtensor<[2,16,512],f16>, !torch.vtensor<[2,16,512],f16>) -> !torch.vtensor<[2,16,4,64],f16>
+// CHECK:         torch.aten.view %[[O]], %{{.+}} -> !torch.vtensor<[2,16,256],f16>
+// CHECK:       func.func private @cuvil_kernel_attention_2x4x2x16x16x64_f16_causal_s0p125_l
+// CHECK-SAME:    k_layout = "2x16x512:256:8192:64:512", kv_heads = 2 : i64, o_layout = "2x16x4x64:0:4096:64:256"
+// CHECK-SAME:    q_layout = "2x16x512:0:8192:64:512"
+// CHECK-SAME:    v_layout = "2x16x512:384:8192:64:512"
+// CHECK-COUNT-3: torch.aten.slice.Tensor %arg
+// CHECK:         torch.aten.broadcast_to
+// CHECK:         "cuvil.attention"
+// CHECK:         torch.aten.transpose.int
+// LOWERED-LABEL: func.func @strided
+// LOWERED:       func.func private @cuvil_kernel_attention_2x4x2x16x16x64_f16_causal_s0p125_l
+// LOWERED:         torch.aten.scaled_dot_product_attention
+func.func @strided(%y: !torch.vtensor<[2,16,512],f16>) -> !torch.vtensor<[2,16,256],f16> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int3 = torch.constant.int 3
+  %int4 = torch.constant.int 4
+  %int16 = torch.constant.int 16
+  %int64 = torch.constant.int 64
+  %int256 = torch.constant.int 256
+  %int384 = torch.constant.int 384
+  %int512 = torch.constant.int 512
+  %qs = torch.aten.slice.Tensor %y, %int2, %int0, %int256, %int1 : !torch.vtensor<[2,16,512],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,16,256],f16>
+  %ks = torch.aten.slice.Tensor %y, %int2, %int256, %int384, %int1 : !torch.vtensor<[2,16,512],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,16,128],f16>
+  %vs = torch.aten.slice.Tensor %y, %int2, %int384, %int512, %int1 : !torch.vtensor<[2,16,512],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,16,128],f16>
+  %lq = torch.prim.ListConstruct %int2, %int16, %int4, %int64 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %lkv = torch.prim.ListConstruct %int2, %int16, %int2, %int64 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %perm = torch.prim.ListConstruct %int0, %int2, %int1, %int3 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %q4 = torch.aten.view %qs, %lq : !torch.vtensor<[2,16,256],f16>, !torch.list<int> -> !torch.vtensor<[2,16,4,64],f16>
+  %q = torch.aten.permute %q4, %perm : !torch.vtensor<[2,16,4,64],f16>, !torch.list<int> -> !torch.vtensor<[2,4,16,64],f16>
+  %k4 = torch.aten.view %ks, %lkv : !torch.vtensor<[2,16,128],f16>, !torch.list<int> -> !torch.vtensor<[2,16,2,64],f16>
+  %k = torch.aten.transpose.int %k4, %int1, %int2 : !torch.vtensor<[2,16,2,64],f16>, !torch.int, !torch.int -> !torch.vtensor<[2,2,16,64],f16>
+  %v4 = torch.aten.view %vs, %lkv : !torch.vtensor<[2,16,128],f16>, !torch.list<int> -> !torch.vtensor<[2,16,2,64],f16>
+  %v = torch.aten.transpose.int %v4, %int1, %int2 : !torch.vtensor<[2,16,2,64],f16>, !torch.int, !torch.int -> !torch.vtensor<[2,2,16,64],f16>
+  %l5 = torch.prim.ListConstruct %int2, %int2, %int2, %int16, %int64 : (!torch.int, !torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %l4 = torch.prim.ListConstruct %int2, %int4, %int16, %int64 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %ku = torch.aten.unsqueeze %k, %int2 : !torch.vtensor<[2,2,16,64],f16>, !torch.int -> !torch.vtensor<[2,2,1,16,64],f16>
+  %kb = torch.aten.broadcast_to %ku, %l5 : !torch.vtensor<[2,2,1,16,64],f16>, !torch.list<int> -> !torch.vtensor<[2,2,2,16,64],f16>
+  %kr = torch.aten.view %kb, %l4 : !torch.vtensor<[2,2,2,16,64],f16>, !torch.list<int> -> !torch.vtensor<[2,4,16,64],f16>
+  %vu = torch.aten.unsqueeze %v, %int2 : !torch.vtensor<[2,2,16,64],f16>, !torch.int -> !torch.vtensor<[2,2,1,16,64],f16>
+  %vb = torch.aten.broadcast_to %vu, %l5 : !torch.vtensor<[2,2,1,16,64],f16>, !torch.list<int> -> !torch.vtensor<[2,2,2,16,64],f16>
+  %vr = torch.aten.view %vb, %l4 : !torch.vtensor<[2,2,2,16,64],f16>, !torch.list<int> -> !torch.vtensor<[2,4,16,64],f16>
+  %o = "cuvil.attention"(%q, %kr, %vr) {is_causal = true, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (!torch.vtensor<[2,4,16,64],f16>, !torch.vtensor<[2,4,16,64],f16>, !torch.vtensor<[2,4,16,64],f16>) -> !torch.vtensor<[2,4,16,64],f16>
+  %ov = torch.aten.view %o, %l4 : !torch.vtensor<[2,4,16,64],f16>, !torch.list<int> -> !torch.vtensor<[2,4,16,64],f16>
+  %ot = torch.aten.transpose.int %ov, %int1, %int2 : !torch.vtensor<[2,4,16,64],f16>, !torch.int, !torch.int -> !torch.vtensor<[2,16,4,64],f16>
+  %l3 = torch.prim.ListConstruct %int2, %int16, %int256 : (!torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %out = torch.aten.view %ot, %l3 : !torch.vtensor<[2,16,4,64],f16>, !torch.list<int> -> !torch.vtensor<[2,16,256],f16>
+  return %out : !torch.vtensor<[2,16,256],f16>
+}
