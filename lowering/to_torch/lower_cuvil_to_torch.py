@@ -21,6 +21,7 @@ from cuvil_mlir.core.patterns import (
     PatternSet, build, info, literal, torch_bool, transpose_2d, torch_float, torch_int, torch_int_list, torch_none, torch_str,
     transposed_2d_source, vtensor_type,
 )
+from cuvil_mlir.core.tensor_types import tensor_info
 from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.lowering.common import constant_array, constant_recipe, convert, draw_dim, pt2e_quantized_layer
 
@@ -231,19 +232,28 @@ def _softmax(scores):
 
 
 def _batched_matmul(a, b, result_type):
-    """a @ b as mm (2-D), bmm (3-D) or view + bmm + view (equal batch dims, every dim
-    static; else aten.matmul): IREE's CPU code for a 4-D aten.matmul was ~50x slower than
-    for the bmm (1x4x128x64 attention, 2026-12-03). A view's -1 infers one dim: with a
-    dynamic sequence length in both matrix dims the views would be wrong (issue 13)."""
-    ta, tb = info(a), info(b)
+    """a @ b as mm (2-D), bmm (3-D) or the batch dims collapsed + bmm + expanded (equal,
+    static batch dims; else aten.matmul): IREE's CPU code for a 4-D aten.matmul was ~50x
+    slower than for the bmm (1x4x128x64 attention, 2026-12-03). Fully static: views; a
+    dynamic matrix dim (a prefill chunk against a cache prefix): flatten / unflatten of the
+    batch dims, which need no size of the matrix dims (a view's single -1 could not infer two
+    dynamic ones). IREE still folds a transpose of the result (HF's attention output) into
+    the bmm, which is then ~5x slower (docs/generation.md, "Not done yet")."""
+    ta, tb, tr = info(a), info(b), tensor_info(result_type)
     if ta.rank == 2:
         return build("torch.aten.mm", [a, b], result_type)
     if ta.rank == 3:
         return build("torch.aten.bmm", [a, b], result_type)
     batch = ta.shape[:-2]
-    if any(d < 0 for d in (*ta.shape, *tb.shape)) or tb.shape[:-2] != batch:
+    if tb.shape[:-2] != batch or any(d < 0 for d in batch):
         return build("torch.aten.matmul", [a, b], result_type)
     n = int(np.prod(batch))
+    if any(d < 0 for d in (*ta.shape, *tb.shape)):
+        last = torch_int(ta.rank - 3)
+        a3 = build("torch.aten.flatten.using_ints", [a, torch_int(0), last], vtensor_type([n, *ta.shape[-2:]], ta.dtype))
+        b3 = build("torch.aten.flatten.using_ints", [b, torch_int(0), last], vtensor_type([n, *tb.shape[-2:]], tb.dtype))
+        y3 = build("torch.aten.bmm", [a3, b3], vtensor_type([n, *tr.shape[-2:]], tr.dtype))
+        return build("torch.aten.unflatten.int", [y3, torch_int(0), torch_int_list(batch)], result_type)
     a3 = build("torch.aten.view", [a, torch_int_list([n, *ta.shape[-2:]])], vtensor_type([n, *ta.shape[-2:]], ta.dtype))
     b3 = build("torch.aten.view", [b, torch_int_list([n, *tb.shape[-2:]])], vtensor_type([n, *tb.shape[-2:]], tb.dtype))
     y3 = build("torch.aten.bmm", [a3, b3], vtensor_type([n, ta.shape[-2], tb.shape[-1]], ta.dtype))

@@ -263,6 +263,32 @@ func.func @attention_with_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k: !torch.vt
 
 // -----
 
+// Several queries (a prefill chunk) against a KV cache's filled prefix (dynamic length): the
+// batch dims collapsed with flatten (a view's one -1 cannot infer the dynamic dims), bmm, and
+// unflatten back; no 4-D aten.matmul.
+// DECOMP-LABEL: func.func @attention_chunk_over_prefix
+// DECOMP-SAME:    (%[[Q:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[K:[a-z0-9]+]]: !torch.vtensor<[1,2,?,16],f32>, %[[V:[a-z0-9]+]]: !torch.vtensor<[1,2,?,8],f32>, %[[M:[a-z0-9]+]]: !torch.vtensor<[1,1,5,?],i1>)
+// DECOMP:         %[[KT:[0-9]+]] = torch.aten.transpose.int %[[K]], {{.*}} -> !torch.vtensor<[1,2,16,?],f32>
+// DECOMP:         %[[Q3:[0-9]+]] = torch.aten.flatten.using_ints %[[Q]], {{.*}} -> !torch.vtensor<[2,5,16],f32>
+// DECOMP:         %[[KT3:[0-9]+]] = torch.aten.flatten.using_ints %[[KT]], {{.*}} -> !torch.vtensor<[2,16,?],f32>
+// DECOMP-NEXT:    %[[S3:[0-9]+]] = torch.aten.bmm %[[Q3]], %[[KT3]] : {{.*}} -> !torch.vtensor<[2,5,?],f32>
+// DECOMP:         %[[S:[0-9]+]] = torch.aten.unflatten.int %[[S3]], {{.*}} -> !torch.vtensor<[1,2,5,?],f32>
+// DECOMP:         %[[P:[0-9]+]] = torch.aten.softmax.int
+// DECOMP:         %[[P3:[0-9]+]] = torch.aten.flatten.using_ints %[[P]], {{.*}} -> !torch.vtensor<[2,5,?],f32>
+// DECOMP:         %[[V3:[0-9]+]] = torch.aten.flatten.using_ints %[[V]], {{.*}} -> !torch.vtensor<[2,?,8],f32>
+// DECOMP-NEXT:    %[[O3:[0-9]+]] = torch.aten.bmm %[[P3]], %[[V3]] : {{.*}} -> !torch.vtensor<[2,5,8],f32>
+// DECOMP:         %[[O:[0-9]+]] = torch.aten.unflatten.int %[[O3]], {{.*}} -> !torch.vtensor<[1,2,5,8],f32>
+// DECOMP-NEXT:    return %[[O]]
+// DECOMP-NOT:     torch.aten.matmul
+// CHECK-LABEL: func.func @attention_chunk_over_prefix(
+// CHECK:         torch.aten.scaled_dot_product_attention
+func.func @attention_chunk_over_prefix(%q: !torch.vtensor<[1,2,5,16],f32>, %k: !torch.vtensor<[1,2,?,16],f32>, %v: !torch.vtensor<[1,2,?,8],f32>, %m: !torch.vtensor<[1,1,5,?],i1>) -> !torch.vtensor<[1,2,5,8],f32> {
+  %0 = "cuvil.attention"(%q, %k, %v, %m) {is_causal = false, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 2.500000e-01 : f64} : (!torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,?,16],f32>, !torch.vtensor<[1,2,?,8],f32>, !torch.vtensor<[1,1,5,?],i1>) -> !torch.vtensor<[1,2,5,8],f32>
+  return %0 : !torch.vtensor<[1,2,5,8],f32>
+}
+
+// -----
+
 // One query against a KV cache's filled prefix (dynamic length): multiply-and-sum reductions
 // over keys and values as stored, no kᵀ, no [B*H, S, D] views (IREE would copy the prefix).
 // DECOMP-LABEL: func.func @attention_single_query
