@@ -74,6 +74,9 @@ class LinearSpec:
     activation: str
     has_bias: bool
     bias_dtype: str = ""  # the bias's dtype: the kernel's (default) or f32 (added in fp32 either way)
+    # a residual [M, F] (the kernel's dtype) added to the result in fp32 after the activation: the
+    # `linear(x) + r` of a transformer's attention and MLP output projections, one dispatch
+    has_residual: bool = False
 
     @property
     def bias_type(self) -> str:
@@ -187,8 +190,15 @@ def _kernel():
         return v
 
     @triton.jit
-    def _tile(xd, wd, yd, b_ptr, y_ptr, om, on, K: tl.constexpr, F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-              BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr, SUBTILE: tl.constexpr):
+    def _residual(acc, r_ptr, rm, rn, M: tl.constexpr, F: tl.constexpr):
+        # acc + r[rm, rn] in fp32; rows past M and columns past F read nothing (they are not stored)
+        mask = (rm[:, None] < M) & (rn[None, :] < F)
+        return acc + tl.load(r_ptr + rm[:, None] * F + rn[None, :], mask=mask, other=0.0).to(tl.float32)
+
+    @triton.jit
+    def _tile(xd, wd, yd, b_ptr, r_ptr, y_ptr, om, on, M: tl.constexpr, K: tl.constexpr, F: tl.constexpr,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
+              ACT: tl.constexpr, GATED: tl.constexpr, SUBTILE: tl.constexpr):
         # one [BM, BN] output tile at (om, on): TMA loads, wgmma (tl.dot) into fp32, the epilogue, a TMA store
         acc = tl.zeros((BM, BN), tl.float32)
         if GATED:
@@ -206,6 +216,8 @@ def _kernel():
         acc = _act(acc, ACT)
         if GATED:
             acc = acc * up
+        if HAS_RES:
+            acc = _residual(acc, r_ptr, om + tl.arange(0, BM), cols, M, F)
         out = acc.to(y_ptr.dtype.element_ty)
         if SUBTILE:
             left, right = tl.split(tl.permute(tl.reshape(out, (BM, 2, BN // 2)), (0, 2, 1)))
@@ -215,10 +227,10 @@ def _kernel():
             yd.store([om, on], out)
 
     @triton.jit
-    def cuvil_linear(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    def cuvil_linear(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                      F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                     GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr,
-                     SUBTILE: tl.constexpr):
+                     GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr,
+                     GATED: tl.constexpr, SUBTILE: tl.constexpr):
         # F: out features (N, or N // 2 gated). Programs are grouped along M for L2 reuse of W.
         xd = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
         wd = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
@@ -233,13 +245,13 @@ def _kernel():
         pn = (pid % width) // size
         om = pm * BM
         on = pn * BN
-        _tile(xd, wd, yd, b_ptr, y_ptr, om, on, K, F, BM, BN, BK, HAS_BIAS, ACT, GATED, SUBTILE)
+        _tile(xd, wd, yd, b_ptr, r_ptr, y_ptr, om, on, M, K, F, BM, BN, BK, HAS_BIAS, HAS_RES, ACT, GATED, SUBTILE)
 
     @triton.jit
-    def cuvil_linear_persistent(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    def cuvil_linear_persistent(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                                 F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                                GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr,
-                                PROGRAMS: tl.constexpr, WS: tl.constexpr, SUBTILE: tl.constexpr):
+                                GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr,
+                                GATED: tl.constexpr, PROGRAMS: tl.constexpr, WS: tl.constexpr, SUBTILE: tl.constexpr):
         xd = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
         wd = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
         yd = tl.make_tensor_descriptor(y_ptr, shape=[M, F], strides=[F, 1], block_shape=[BM, BN // (2 if SUBTILE else 1)])
@@ -251,12 +263,13 @@ def _kernel():
             size = min(num_m - first, GROUP)
             om = (first + (tile % width) % size) * BM
             on = ((tile % width) // size) * BN
-            _tile(xd, wd, yd, b_ptr, y_ptr, om, on, K, F, BM, BN, BK, HAS_BIAS, ACT, GATED, SUBTILE)
+            _tile(xd, wd, yd, b_ptr, r_ptr, y_ptr, om, on, M, K, F, BM, BN, BK, HAS_BIAS, HAS_RES, ACT, GATED, SUBTILE)
 
     @triton.jit
-    def cuvil_linear_pointers(x_ptr, w_ptr, b_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    def cuvil_linear_pointers(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                               F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                              GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr):
+                              GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr,
+                              GATED: tl.constexpr):
         # pointer loads (cp.async pipelining) instead of TMA descriptors; rows past M or F read
         # a valid row (modulo) and are not stored; K past its end is masked only when ragged
         pid = tl.program_id(0)
@@ -298,6 +311,8 @@ def _kernel():
         acc = _act(acc, ACT)
         if GATED:
             acc = acc * up
+        if HAS_RES:
+            acc = _residual(acc, r_ptr, rm, rn, M, F)
         tl.store(y_ptr + rm[:, None] * F + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < F))
 
     _LINEAR = {"tiles": cuvil_linear, "persistent": cuvil_linear_persistent, "pointers": cuvil_linear_pointers}
@@ -313,7 +328,8 @@ def kernel_name(spec: LinearSpec, config: TileConfig) -> str:
     """A readable, unique entry name: what shows up in profiles and IREE's dispatch names."""
     digest = hashlib.sha256(repr((asdict(spec), asdict(config))).encode()).hexdigest()[:8]
     bias = "" if not spec.has_bias else "_bias" if spec.bias_type == spec.dtype else f"_bias_{spec.bias_type}"
-    return f"cuvil_linear_{spec.m}x{spec.n}x{spec.k}_{spec.dtype}_{spec.activation}{bias}_{config.key}_{digest}"
+    res = "_res" if spec.has_residual else ""
+    return f"cuvil_linear_{spec.m}x{spec.n}x{spec.k}_{spec.dtype}_{spec.activation}{bias}{res}_{config.key}_{digest}"
 
 
 def build_linear(spec: LinearSpec, config: TileConfig | None = None) -> KernelBinary:
@@ -350,17 +366,11 @@ def _compile(spec: LinearSpec, config: TileConfig, name: str) -> tuple[str, int,
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     fn = _kernel()[config.kind]
     ty = "*" + DTYPES[spec.dtype]
-    sizes = dict(M=spec.m, N=spec.n, K=spec.k, F=spec.out_features, BM=config.bm, BN=config.bn, BK=config.bk,
-                 GROUP=config.group, HAS_BIAS=int(spec.has_bias), ACT=_ACT_CODE[GATED.get(spec.activation, spec.activation)],
-                 GATED=int(spec.gated))
-    if config.kind != "pointers":
-        sizes["SUBTILE"] = int(config.subtile)
-    if config.kind == "persistent":
-        sizes.update(PROGRAMS=grid_of(spec, config), WS=int(config.ws))
+    sizes = constexprs(spec, config)
     bias_ty = "*" + {"f32": "fp32", **DTYPES}[spec.bias_type] if spec.has_bias else ty
-    signature = {"x_ptr": ty, "w_ptr": ty, "b_ptr": bias_ty, "y_ptr": ty, **{k: "constexpr" for k in sizes}}
+    signature = {"x_ptr": ty, "w_ptr": ty, "b_ptr": bias_ty, "r_ptr": ty, "y_ptr": ty, **{k: "constexpr" for k in sizes}}
     # IREE's binding pointers are at least 16-byte aligned (its stream resource alignment)
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(4)}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
     try:
         k = triton.compile(ASTSource(fn, signature=signature, constexprs=sizes, attrs=attrs),
                            target=GPUTarget("cuda", 90, 32), options={"num_warps": config.warps, "num_stages": config.stages, "ptx_version": PTX_VERSION})
@@ -368,6 +378,19 @@ def _compile(spec: LinearSpec, config: TileConfig, name: str) -> tuple[str, int,
         raise CompileError(f"Triton failed to compile {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     ptx = rename_entry(k.asm["ptx"], k.metadata.name, name)
     return ptx, k.metadata.num_warps * 32, k.metadata.shared, k.metadata.global_scratch_size
+
+
+def constexprs(spec: LinearSpec, config: TileConfig) -> dict:
+    """The kernel's compile-time arguments for ``spec`` and ``config`` (after its five pointers:
+    x, w, b, r, y)."""
+    sizes = dict(M=spec.m, N=spec.n, K=spec.k, F=spec.out_features, BM=config.bm, BN=config.bn, BK=config.bk,
+                 GROUP=config.group, HAS_BIAS=int(spec.has_bias), HAS_RES=int(spec.has_residual),
+                 ACT=_ACT_CODE[GATED.get(spec.activation, spec.activation)], GATED=int(spec.gated))
+    if config.kind != "pointers":
+        sizes["SUBTILE"] = int(config.subtile)
+    if config.kind == "persistent":
+        sizes.update(PROGRAMS=grid_of(spec, config), WS=int(config.ws))
+    return sizes
 
 
 def grid_of(spec: LinearSpec, config: TileConfig) -> int:
@@ -406,7 +429,7 @@ def _source_hash() -> str:
     """The kernels' content hash: the Triton source, how it is compiled, and the toolchain."""
     import inspect
 
-    parts = [inspect.getsource(_kernel), inspect.getsource(_compile), inspect.getsource(_ptxas), str(PTX_VERSION), TRITON_VERSION]
+    parts = [inspect.getsource(f) for f in (_kernel, _compile, constexprs, _ptxas)] + [str(PTX_VERSION), TRITON_VERSION]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -418,7 +441,7 @@ _MLIR_DTYPE = {"f16": "f16", "bf16": "bf16"}
 
 
 def dispatch_function(symbol: str, kb: KernelBinary, *, embed: str = "cubin", torch_types: bool = True) -> str:
-    """MLIR text of ``func.func private @symbol(x, w[, b]) -> y`` whose body is one
+    """MLIR text of ``func.func private @symbol(x, w[, b][, r]) -> y`` whose body is one
     ``hal.dispatch.extern`` of the kernel. With ``torch_types`` the function takes and returns
     ``!torch.vtensor`` (the signature lower-cuvil-to-kernels declares) and converts with
     ``torch_c``; else builtin tensors.
@@ -429,23 +452,25 @@ def dispatch_function(symbol: str, kb: KernelBinary, *, embed: str = "cubin", to
     MAX_DYNAMIC_SHARED_SIZE_BYTES) from ``workgroup_local_memory``, so the kernels' >48 KiB of
     shared memory needs no opt-in of ours."""
     s, t = kb.spec, _MLIR_DTYPE[kb.spec.dtype]
-    shapes = {"x": [s.m, s.k], "w": [s.n, s.k], "b": [s.n], "y": [s.m, s.out_features]}
-    dtypes = {"x": t, "w": t, "y": t, "b": {"f32": "f32", **_MLIR_DTYPE}[s.bias_type]}
+    shapes = {"x": [s.m, s.k], "w": [s.n, s.k], "b": [s.n], "r": [s.m, s.out_features], "y": [s.m, s.out_features]}
+    dtypes = {"x": t, "w": t, "r": t, "y": t, "b": {"f32": "f32", **_MLIR_DTYPE}[s.bias_type]}
     builtin = {name: f"tensor<{'x'.join(map(str, d))}x{dtypes[name]}>" for name, d in shapes.items()}
     vtensor = {name: f"!torch.vtensor<[{','.join(map(str, d))}],{dtypes[name]}>" for name, d in shapes.items()}
-    names = ["x", "w"] + (["b"] if s.has_bias else [])
+    names = ["x", "w"] + (["b"] if s.has_bias else []) + (["r"] if s.has_residual else [])
     outer = vtensor if torch_types else builtin
     lines = []
     if torch_types:
         for n in names:
             lines.append(f"  %{n}_t = torch_c.to_builtin_tensor %{n} : {vtensor[n]} -> {builtin[n]}")
     ref = (lambda n: f"%{n}_t") if torch_types else (lambda n: f"%{n}")
-    # without a bias, x fills the kernel's bias slot (never read: HAS_BIAS is 0)
-    operands = [ref("x"), ref("w"), ref("b") if s.has_bias else ref("x")]
-    types = [builtin["x"], builtin["w"], builtin["b"] if s.has_bias else builtin["x"]]
+    # without a bias (a residual), x fills the kernel's bias (residual) slot, never read: HAS_BIAS
+    # (HAS_RES) is 0
+    slots = ["x", "w", "b" if s.has_bias else "x", "r" if s.has_residual else "x"]
+    operands = [ref(n) for n in slots]
+    types = [builtin[n] for n in slots]
     scratch = f"tensor<{max(kb.scratch_bytes * kb.grid, 16)}xi8>"
     results = [builtin["y"], scratch, "tensor<16xi8>"]
-    bindings = ", ".join(["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * 3 + ["#hal.pipeline.binding<storage_buffer>"] * 3)
+    bindings = ", ".join(["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * 4 + ["#hal.pipeline.binding<storage_buffer>"] * 3)
     # by path (the kernel cache's file; iree-compile embeds it in the module): IREE 3.13 prints
     # an object with inline data and no path as `<{, data = ...}>`, which it cannot parse back
     path = kb.cubin_path if embed == "cubin" else kb.ptx_path
@@ -453,7 +478,7 @@ def dispatch_function(symbol: str, kb: KernelBinary, *, embed: str = "cubin", to
     props = ", ".join([
         f'export_name = "{kb.name}"',
         f"layout = #hal.pipeline.layout<bindings = [{bindings}]>",
-        "operandSegmentSizes = array<i32: 0, 3, 0, 0>",
+        "operandSegmentSizes = array<i32: 0, 4, 0, 0>",
         f"target_objects = [[{obj}]]",
         "target_ordinals = [0 : index]",
         f"targets = [{EXECUTABLE_TARGET}]",
@@ -462,7 +487,7 @@ def dispatch_function(symbol: str, kb: KernelBinary, *, embed: str = "cubin", to
         f"workgroup_local_memory = {kb.shared_bytes} : index",
     ])
     lines += [
-        f'  %r:3 = "hal.dispatch.extern"({", ".join(operands)}) <{{{props}}}> ({{',
+        f'  %out:3 = "hal.dispatch.extern"({", ".join(operands)}) <{{{props}}}> ({{',
         "  ^bb0(%device: !hal.device):",
         f"    %grid = arith.constant {kb.grid} : index",
         "    %one = arith.constant 1 : index",
@@ -470,10 +495,10 @@ def dispatch_function(symbol: str, kb: KernelBinary, *, embed: str = "cubin", to
         f"  }}, {{\n  }}) : ({', '.join(types)}) -> ({', '.join(results)})",
     ]
     if torch_types:
-        lines.append(f"  %y = torch_c.from_builtin_tensor %r#0 : {builtin['y']} -> {vtensor['y']}")
+        lines.append(f"  %y = torch_c.from_builtin_tensor %out#0 : {builtin['y']} -> {vtensor['y']}")
         lines.append(f"  return %y : {vtensor['y']}")
     else:
-        lines.append(f"  return %r#0 : {builtin['y']}")
+        lines.append(f"  return %out#0 : {builtin['y']}")
     args = ", ".join(f"%{n}: {outer[n]}" for n in names)
     return f"func.func private @{symbol}({args}) -> {outer['y']} {{\n" + "\n".join(lines) + "\n}\n"
 
@@ -487,7 +512,8 @@ def materialize(symbol: str, spec: dict) -> tuple[str | None, dict]:
     reason = available()
     if reason:
         return None, {**record, "kernel": None, "why": reason}
-    ls = LinearSpec(spec["m"], spec["n"], spec["k"], spec["dtype"], spec["activation"], spec["has_bias"], spec.get("bias_dtype", ""))
+    ls = LinearSpec(spec["m"], spec["n"], spec["k"], spec["dtype"], spec["activation"], spec["has_bias"], spec.get("bias_dtype", ""),
+                    spec.get("has_residual", False))
     try:
         config = select_config(ls)
         if config is None:

@@ -495,9 +495,10 @@ def sweep_run(folder: Path, out: Path, deadline: float) -> None:
                 mod, fn = drv.load((folder / "cubins" / f"{e['kernel']}.cubin").read_bytes(), e["kernel"], e["shared_bytes"])
                 scratch = torch.zeros(max(e["scratch"] * e["grid"], 16), dtype=torch.uint8, device="cuda")
                 profile = torch.zeros(16, dtype=torch.uint8, device="cuda")
-                # x fills the unused bias slot, as in the IREE dispatch
+                # x fills the unused bias and residual slots, as in the IREE dispatch
                 launch = drv.launcher(fn, e["grid"], e["threads"], e["shared_bytes"],
-                                      [x.data_ptr(), w.data_ptr(), x.data_ptr(), y.data_ptr(), scratch.data_ptr(), profile.data_ptr()], stream_of)
+                                      [x.data_ptr(), w.data_ptr(), x.data_ptr(), x.data_ptr(), y.data_ptr(), scratch.data_ptr(),
+                                       profile.data_ptr()], stream_of)
                 y.fill_(float("nan"))
                 launch()
                 torch.cuda.synchronize()

@@ -16,6 +16,10 @@ per distinct linear (shape, dtype, epilogue), that says which computation it is:
       return %y
     }
 
+A linear whose one use (through views) is a residual add, ``linear(x) + r`` with r of the same
+shape and dtype in either order, passes r too (flattened to [M, F]) and the call replaces the add
+(``has_residual``; the kernel adds r in its epilogue): a transformer's output projections.
+
 The function's body is the op itself, on the flattened [M, K] input, so ``lower-cuvil-to-torch``
 lowers it like any other: a module that goes no further is still complete and correct. The
 target replaces the body at the hand-off (targets/iree.py, in IREE's context, where the HAL
@@ -64,7 +68,8 @@ from cuvil_mlir.core.diagnostics import module_path
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.passes import FunctionPass
 from cuvil_mlir.core.patterns import (
-    Firings, build, const_int, const_int_list, defining_op, has_one_use, info, torch_int, torch_int_list, vtensor_type,
+    Firings, build, const_float, const_int, const_int_list, defining_op, has_one_use, info, torch_int, torch_int_list,
+    vtensor_type,
 )
 from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.lowering.common import CASTS, convert, fold
@@ -334,21 +339,48 @@ def spec_of(op, half: str | None = None) -> dict:
     dtype = half or x.dtype
     return {"m": math.prod(x.shape[:-1]), "n": w.shape[0], "k": x.shape[-1], "dtype": dtype,
             "activation": cuvil.activation_of(op), "has_bias": op.bias is not None,
-            "bias_dtype": info(op.bias).dtype if op.bias is not None else "", "widened": half is not None}
+            "bias_dtype": info(op.bias).dtype if op.bias is not None else "", "widened": half is not None,
+            "has_residual": False}
+
+
+def residual_add(value, dtype: str):
+    """(the add, r, the views between) when ``value``'s one use, through views, is ``value + r``
+    (``add.Tensor``, alpha 1, either order) with r of the same shape and ``dtype``: a transformer's
+    residual connection after an output projection, which the kernel adds in its epilogue."""
+    views = []
+    while has_one_use(value):
+        user = next(iter(value.uses)).owner
+        if user.name in _VIEWS:
+            views.append(user)
+            value = user.results[0]
+            continue
+        if user.name != "torch.aten.add.Tensor" or const_float(user.operands[2]) != 1.0:
+            return None
+        other = user.operands[1] if user.operands[0] == value else user.operands[0]
+        out, r, v = info(user.results[0]), info(other), info(value)
+        if other == value or r is None or out is None or not (list(r.shape) == list(out.shape) == list(v.shape)) \
+                or not r.dtype == out.dtype == dtype:
+            return None
+        return user, other, views
+    return None
 
 
 def symbol_of(spec: dict) -> str:
     bias = "" if not spec["has_bias"] else "_bias" if spec["bias_dtype"] == spec["dtype"] else f"_bias_{spec['bias_dtype']}"
-    return f"cuvil_kernel_linear_{spec['m']}x{spec['n']}x{spec['k']}_{spec['dtype']}_{spec['activation']}{bias}"
+    res = "_res" if spec["has_residual"] else ""
+    return f"cuvil_kernel_linear_{spec['m']}x{spec['n']}x{spec['k']}_{spec['dtype']}_{spec['activation']}{bias}{res}"
 
 
 def _spec_attr(spec: dict) -> ir.Attribute:
     i64 = ir.IntegerType.get_signless(64)
-    return ir.DictAttr.get({
+    fields = {
         "m": ir.IntegerAttr.get(i64, spec["m"]), "n": ir.IntegerAttr.get(i64, spec["n"]), "k": ir.IntegerAttr.get(i64, spec["k"]),
         "dtype": ir.StringAttr.get(spec["dtype"]), "activation": ir.StringAttr.get(spec["activation"]),
         "has_bias": ir.BoolAttr.get(spec["has_bias"]), "bias_dtype": ir.StringAttr.get(spec["bias_dtype"]),
-    })
+    }
+    if spec["has_residual"]:  # written only when there is one
+        fields["has_residual"] = ir.BoolAttr.get(True)
+    return ir.DictAttr.get(fields)
 
 
 def read_spec(attr) -> dict:
@@ -356,17 +388,19 @@ def read_spec(attr) -> dict:
     d = ir.DictAttr(attr)
     return {"m": ir.IntegerAttr(d["m"]).value, "n": ir.IntegerAttr(d["n"]).value, "k": ir.IntegerAttr(d["k"]).value,
             "dtype": ir.StringAttr(d["dtype"]).value, "activation": ir.StringAttr(d["activation"]).value,
-            "has_bias": ir.BoolAttr(d["has_bias"]).value, "bias_dtype": ir.StringAttr(d["bias_dtype"]).value}
+            "has_bias": ir.BoolAttr(d["has_bias"]).value, "bias_dtype": ir.StringAttr(d["bias_dtype"]).value,
+            "has_residual": "has_residual" in d and ir.BoolAttr(d["has_residual"]).value}
 
 
 def _declare(module: ir.Module, op, spec: dict, symbol: str) -> None:
     """The private function computing one linear on [M, K] (its body: the cuvil.linear; for the
-    widened form the casts around it too, so the body computes what the program did)."""
+    widened form the casts around it too, and the residual add, so the body computes what the
+    program did)."""
     y, dtype = info(op.result), spec["dtype"]
     flat_x = vtensor_type([spec["m"], spec["k"]], dtype)
     flat_y = vtensor_type([spec["m"], y.shape[-1]], dtype)
     weight = vtensor_type(info(op.weight).shape, dtype)
-    inputs = [flat_x, weight] + ([op.bias.type] if op.bias is not None else [])
+    inputs = [flat_x, weight] + ([op.bias.type] if op.bias is not None else []) + ([flat_y] if spec["has_residual"] else [])
     with ir.InsertionPoint(module.body), op.location:
         func = ir.Operation.create(
             "func.func", regions=1,
@@ -380,10 +414,12 @@ def _declare(module: ir.Module, op, spec: dict, symbol: str) -> None:
             if spec["widened"]:
                 x, w = convert(x, "f32"), convert(w, "f32")
             wide_y = vtensor_type([spec["m"], y.shape[-1]], "f32") if spec["widened"] else flat_y
-            result = cuvil.linear(wide_y, x, w, args[2] if len(args) > 2 else None, activation=spec["activation"])
+            result = cuvil.linear(wide_y, x, w, args[2] if spec["has_bias"] else None, activation=spec["activation"])
             value = result.result if isinstance(result, ir.OpView) else result
             if spec["widened"]:
                 value = convert(value, dtype)
+            if spec["has_residual"]:
+                value = build("torch.aten.add.Tensor", [value, args[-1], torch_int(1)], flat_y)
             ir.Operation.create("func.return", operands=[value])
     return func
 
@@ -429,12 +465,15 @@ def _run(module: ir.Module) -> Firings:
             continue
         half, x_value, trunc = wide if wide is not None else (None, op.input, None)
         spec = spec_of(op, half)
+        residual = residual_add(trunc.results[0] if trunc is not None else op.result, spec["dtype"])
+        spec["has_residual"] = residual is not None
         symbol = symbol_of(spec)
         if symbol not in functions:
             functions[symbol] = _declare(module, op, spec, symbol)
         sites.setdefault(symbol, []).append(module_path(op.location))
         x, y = info(x_value), info(op.result)
-        with ir.InsertionPoint(op.operation), op.location:
+        # with a residual the call goes where the add was (r may be computed after the linear)
+        with ir.InsertionPoint(residual[0] if residual else op.operation), op.location:
             flat_x = x_value
             if x.rank != 2:
                 flat_x = build("torch.aten.view", [x_value, torch_int_list([spec["m"], spec["k"]])], vtensor_type([spec["m"], spec["k"]], x.dtype))
@@ -442,19 +481,28 @@ def _run(module: ir.Module) -> Firings:
             weight = convert(op.weight, half) if wide is not None else op.weight
             operands = [flat_x, weight] + ([op.bias] if op.bias is not None else [])
             flat_type = vtensor_type([spec["m"], y.shape[-1]], spec["dtype"])
+            if residual:
+                r = residual[1]
+                operands.append(r if info(r).rank == 2 else build("torch.aten.view", [r, torch_int_list([spec["m"], y.shape[-1]])], flat_type))
             call = ir.Operation.create("func.call", results=[flat_type], operands=operands,
                                        attributes={"callee": ir.FlatSymbolRefAttr.get(symbol)})
             out = call.result
-            if y.rank != 2:
-                out = build("torch.aten.view", [out, torch_int_list(list(y.shape))], vtensor_type(y.shape, spec["dtype"]))
+            shape = info(residual[0].results[0]).shape if residual else y.shape
+            if len(shape) != 2:
+                out = build("torch.aten.view", [out, torch_int_list(list(shape))], vtensor_type(shape, spec["dtype"]))
         loc = op.location
+        if residual:  # the call is the add now; the views between go with it
+            add, _, views = residual
+            add.results[0].replace_all_uses_with(out)
+            for dead in [add] + views[::-1]:
+                dead.erase()
         if trunc is not None:  # the cast back to 16 bits is the call now
             trunc.results[0].replace_all_uses_with(out)
             trunc.erase()
         else:
             op.result.replace_all_uses_with(out)
         op.operation.erase()
-        fired.record("linear" if wide is None else "linear (widened 16-bit)", loc)
+        fired.record(("linear" if wide is None else "linear (widened 16-bit)") + (" + residual" if residual else ""), loc)
     for op in attentions:
         reason = why_not_attention(op)
         if reason is not None:

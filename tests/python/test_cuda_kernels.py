@@ -136,10 +136,76 @@ def test_dispatch_function_is_one_extern_dispatch_with_the_kernel_abi():
     kb = ck.build_linear(ck.LinearSpec(128, 64, 64, "f16", "relu", False), ck.TileConfig(128, 64, 64, 4, 3))
     text = ck.dispatch_function("fn", kb)
     assert text.startswith("func.func private @fn(%x: !torch.vtensor<[128,64],f16>, %w: !torch.vtensor<[64,64],f16>) -> !torch.vtensor<[128,64],f16>")
-    assert text.count('"hal.dispatch.extern"(%x_t, %w_t, %x_t)') == 1  # no bias: x fills its slot
+    assert text.count('"hal.dispatch.extern"(%x_t, %w_t, %x_t, %x_t)') == 1  # no bias, no residual: x fills their slots
     assert f"workgroup_local_memory = {kb.shared_bytes} : index" in text and f"workgroup_size = [{kb.threads} : index" in text
     assert f'path = "{kb.cubin_path}"' in text
     assert f"tensor<{kb.scratch_bytes * kb.grid}xi8>" in text  # Triton's global scratch (TMA descriptors)
+
+
+LINEAR_CASES = [  # (m, n, k, activation, bias, residual, kind): ragged tiles in M, F and K
+    (100, 96, 72, "gelu_tanh", True, True, "tiles"), (100, 96, 72, "gelu_tanh", True, True, "pointers"),
+    (70, 128, 64, "swiglu", False, True, "tiles"), (70, 128, 64, "swiglu", False, True, "pointers"),
+    (33, 64, 128, "none", False, False, "persistent"),
+]
+
+_INTERPRET_LINEAR = """
+import sys
+import torch, triton
+import torch.nn.functional as F
+from cuvil_mlir.targets import cuda_kernels as ck
+
+def hoist(f):  # the interpreter looks helpers up in the module's globals, not in _kernel()'s closure
+    for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+        if callable(getattr(cell.cell_contents, "fn", None)):
+            setattr(ck, name, cell.cell_contents)
+            hoist(cell.cell_contents.fn)
+
+for kernel in ck._kernel().values():
+    hoist(kernel.fn)
+triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8))
+act = {"none": lambda v: v, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}
+torch.manual_seed(0)
+for m, n, k, activation, bias, residual, kind in CASES:
+    spec = ck.LinearSpec(m, n, k, "f16", activation, bias, "", residual)
+    config = ck.TileConfig(64, 32, 32, 4, 2, kind=kind)
+    x, w = torch.randn(m, k).half(), (torch.randn(n, k) / k ** 0.5).half()
+    b, r = torch.randn(n).half(), torch.randn(m, spec.out_features).half()
+    y = torch.zeros(m, spec.out_features).half()
+    ck._kernel()[kind][(ck.grid_of(spec, config),)](x, w, b if bias else x, r if residual else x, y, **ck.constexprs(spec, config))
+    z = x.float() @ w.float().T + (b.float() if bias else 0)
+    z = F.silu(z[:, :n // 2]) * z[:, n // 2:] if activation == "swiglu" else act[activation](z)
+    ref = z + (r.float() if residual else 0)
+    print(m, n, k, activation, bias, residual, kind, float((y.float() - ref).abs().max() / ref.abs().max()))
+"""
+
+
+@needs_triton
+def test_kernel_numerics_in_the_triton_interpreter():
+    """The linear kernel's source (TMA tiles, persistent, pointer loads) run by Triton's CPU
+    interpreter against torch in fp32: bias, activation, gating and the residual epilogue, tiles
+    that overhang M, F and K."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", f"CASES = {LINEAR_CASES!r}\n" + _INTERPRET_LINEAR], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    errors = [float(line.split()[-1]) for line in r.stdout.splitlines()]
+    assert len(errors) == len(LINEAR_CASES) and max(errors) < 2e-3, r.stdout
+
+
+@needs_triton
+def test_residual_dispatch_binds_r_in_its_slot():
+    spec = ck.LinearSpec(128, 64, 64, "f16", "none", False, "", True)
+    kb = ck.build_linear(spec, ck.TileConfig(128, 64, 64, 4, 3))
+    assert kb.name.startswith("cuvil_linear_128x64x64_f16_none_res_")
+    text = ck.dispatch_function("fn", kb)
+    assert text.startswith("func.func private @fn(%x: !torch.vtensor<[128,64],f16>, %w: !torch.vtensor<[64,64],f16>, "
+                           "%r: !torch.vtensor<[128,64],f16>) -> !torch.vtensor<[128,64],f16>")
+    assert text.count('"hal.dispatch.extern"(%x_t, %w_t, %x_t, %r_t)') == 1  # no bias: x fills its slot
+    assert "operandSegmentSizes = array<i32: 0, 4, 0, 0>" in text
 
 
 # ----------------------------------------------------------------------------- through the pipeline
@@ -224,9 +290,45 @@ func.func @main(%x: !torch.vtensor<[2,8,64],f16>, %w: !torch.vtensor<[64,48],f16
 """
 
 
-def test_kernel_functions_compute_what_the_ops_did(tmp_path):
+RESIDUAL = """
+func.func @main(%x: !torch.vtensor<[2,8,64],f16>, %w: !torch.vtensor<[64,48],f16>, %b: !torch.vtensor<[48],f32>, %h: !torch.vtensor<[2,8,48],f16>, %w2: !torch.vtensor<[48,48],f16>) -> !torch.vtensor<[2,8,48],f16> {
+  %int5 = torch.constant.int 5
+  %int6 = torch.constant.int 6
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %int1 = torch.constant.int 1
+  %int0 = torch.constant.int 0
+  %int16 = torch.constant.int 16
+  %int48 = torch.constant.int 48
+  %x32 = torch.aten.to.dtype %x, %int6, %false, %false, %none : !torch.vtensor<[2,8,64],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[2,8,64],f32>
+  %w32 = torch.aten.to.dtype %w, %int6, %false, %false, %none : !torch.vtensor<[64,48],f16>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[64,48],f32>
+  %p = torch.prim.ListConstruct %int1, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %wt = torch.aten.permute %w32, %p : !torch.vtensor<[64,48],f32>, !torch.list<int> -> !torch.vtensor<[48,64],f32>
+  %y = "cuvil.linear"(%x32, %wt, %b) {activation = "gelu", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,8,64],f32>, !torch.vtensor<[48,64],f32>, !torch.vtensor<[48],f32>) -> !torch.vtensor<[2,8,48],f32>
+  %y16 = torch.aten.to.dtype %y, %int5, %false, %false, %none : !torch.vtensor<[2,8,48],f32>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[2,8,48],f16>
+  %s = torch.prim.ListConstruct %int16, %int48 : (!torch.int, !torch.int) -> !torch.list<int>
+  %yv = torch.aten.view %y16, %s : !torch.vtensor<[2,8,48],f16>, !torch.list<int> -> !torch.vtensor<[16,48],f16>
+  %hv = torch.aten.view %h, %s : !torch.vtensor<[2,8,48],f16>, !torch.list<int> -> !torch.vtensor<[16,48],f16>
+  %a = torch.aten.add.Tensor %yv, %hv, %int1 : !torch.vtensor<[16,48],f16>, !torch.vtensor<[16,48],f16>, !torch.int -> !torch.vtensor<[16,48],f16>
+  %z = "cuvil.linear"(%a, %w2) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[16,48],f16>, !torch.vtensor<[48,48],f16>) -> !torch.vtensor<[16,48],f16>
+  %sh = torch.prim.ListConstruct %int1, %int16, %int48 : (!torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %zv = torch.aten.view %z, %sh : !torch.vtensor<[16,48],f16>, !torch.list<int> -> !torch.vtensor<[1,16,48],f16>
+  %av = torch.aten.view %a, %sh : !torch.vtensor<[16,48],f16>, !torch.list<int> -> !torch.vtensor<[1,16,48],f16>
+  %o = torch.aten.add.Tensor %av, %zv, %int1 : !torch.vtensor<[1,16,48],f16>, !torch.vtensor<[1,16,48],f16>, !torch.int -> !torch.vtensor<[1,16,48],f16>
+  %int2 = torch.constant.int 2
+  %int8 = torch.constant.int 8
+  %back = torch.prim.ListConstruct %int2, %int8, %int48 : (!torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %ov = torch.aten.view %o, %back : !torch.vtensor<[1,16,48],f16>, !torch.list<int> -> !torch.vtensor<[2,8,48],f16>
+  return %ov : !torch.vtensor<[2,8,48],f16>
+}
+"""
+
+
+@pytest.mark.parametrize("case", ["widened", "residual"])
+def test_kernel_functions_compute_what_the_ops_did(case):
     """The kernel functions' own bodies (what a target without a kernel compiles) give the same
-    numbers as the ops they replaced, widened form and batched views included (IREE CPU)."""
+    numbers as the ops they replaced, widened form, batched views and residual adds (GPT-2's
+    Conv1D + view + add, an add with r first) included (IREE CPU)."""
     import numpy as np
 
     from cuvil_mlir.compiler.context import make_context
@@ -240,14 +342,21 @@ def test_kernel_functions_compute_what_the_ops_did(tmp_path):
     registry = builtin_registry()
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal((2, 8, 64)).astype(np.float16), (rng.standard_normal((64, 48)) / 8).astype(np.float16),
-              rng.standard_normal(48).astype(np.float32), (rng.standard_normal((16, 48)) / 7).astype(np.float16)]
+              rng.standard_normal(48).astype(np.float32)]
+    if case == "widened":
+        inputs.append((rng.standard_normal((16, 48)) / 7).astype(np.float16))
+    else:
+        inputs += [rng.standard_normal((2, 8, 48)).astype(np.float16), (rng.standard_normal((48, 48)) / 7).astype(np.float16)]
     outs = []
     for passes in (["lower-cuvil-to-torch"], ["lower-cuvil-to-kernels", "lower-cuvil-to-torch"]):
-        module = parse_module(WIDENED, make_context())
+        module = parse_module(WIDENED if case == "widened" else RESIDUAL, make_context())
         fired = run_pipeline(module, [registry.get(p) for p in passes + ["verify-no-cuvil"]])
         outs.append(Session(iree.compile_to_vmfb(module, cpu.iree_flags()), cpu.driver).invoke("main", inputs)[0])
-    assert fired["lower-cuvil-to-kernels"] == {"linear (widened 16-bit)": 1, "linear": 2}
+    expected = ({"linear (widened 16-bit)": 1, "linear": 2} if case == "widened" else
+                {"linear (widened 16-bit) + residual": 1, "linear + residual": 1})
+    assert fired["lower-cuvil-to-kernels"] == expected
     np.testing.assert_array_equal(outs[0], outs[1])
+    assert np.abs(outs[1]).max() > 0.5
 
 
 @needs_triton

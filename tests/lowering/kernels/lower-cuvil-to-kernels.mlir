@@ -31,6 +31,56 @@ func.func @mlp(%x: !torch.vtensor<[2,64,768],f16>, %w1: !torch.vtensor<[3072,768
 
 // -----
 
+// A residual connection after the linear (`r + linear(x)`, either order, through views): the
+// kernel adds r in its epilogue, the call takes it flattened and replaces the add. The r is
+// computed after the linear here, so the call goes where the add was.
+// CHECK-LABEL: func.func @residual
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,64,768],f16>, %[[W:[a-z0-9]+]]: !torch.vtensor<[768,768],f16>, %[[H:[a-z0-9]+]]: !torch.vtensor<[2,64,768],f16>
+// CHECK:         %[[R:[0-9]+]] = torch.aten.neg %[[H]]
+// CHECK:         %[[RF:[0-9]+]] = torch.aten.view %[[R]], %{{.+}} -> !torch.vtensor<[128,768],f16>
+// CHECK:         %[[YF:[0-9]+]] = call @cuvil_kernel_linear_128x768x768_f16_none_res(%{{.+}}, %[[W]], %[[RF]]) : (!torch.vtensor<[128,768],f16>, !torch.vtensor<[768,768],f16>, !torch.vtensor<[128,768],f16>) -> !torch.vtensor<[128,768],f16>
+// CHECK:         %[[Y:[0-9]+]] = torch.aten.view %[[YF]], %{{.+}} -> !torch.vtensor<[2,64,768],f16>
+// CHECK-NOT:     torch.aten.add.Tensor
+// CHECK:         return %[[Y]]
+// CHECK:       func.func private @cuvil_kernel_linear_128x768x768_f16_none_res(%{{.+}}: !torch.vtensor<[128,768],f16>, %{{.+}}: !torch.vtensor<[768,768],f16>, %[[RA:[a-z0-9]+]]: !torch.vtensor<[128,768],f16>)
+// CHECK-SAME:    has_residual = true
+// CHECK:         %[[L:[0-9]+]] = "cuvil.linear"
+// CHECK:         torch.aten.add.Tensor %[[L]], %[[RA]]
+// LOWERED-LABEL: func.func @residual
+// LOWERED-NOT:   cuvil.linear
+func.func @residual(%x: !torch.vtensor<[2,64,768],f16>, %w: !torch.vtensor<[768,768],f16>, %h: !torch.vtensor<[2,64,768],f16>) -> !torch.vtensor<[2,64,768],f16> {
+  %0 = "cuvil.linear"(%x, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,64,768],f16>, !torch.vtensor<[768,768],f16>) -> !torch.vtensor<[2,64,768],f16>
+  %r = torch.aten.neg %h : !torch.vtensor<[2,64,768],f16> -> !torch.vtensor<[2,64,768],f16>
+  %int1 = torch.constant.int 1
+  %1 = torch.aten.add.Tensor %r, %0, %int1 : !torch.vtensor<[2,64,768],f16>, !torch.vtensor<[2,64,768],f16>, !torch.int -> !torch.vtensor<[2,64,768],f16>
+  return %1 : !torch.vtensor<[2,64,768],f16>
+}
+
+// -----
+
+// No residual epilogue where the add is not one: alpha 2, a broadcast r, a result used twice.
+// CHECK-LABEL: func.func @not_residual
+// CHECK:         call @cuvil_kernel_linear_128x768x768_f16_none(
+// CHECK-NEXT:    torch.aten.add.Tensor
+// CHECK-NEXT:    call @cuvil_kernel_linear_128x768x768_f16_none(
+// CHECK-NEXT:    torch.aten.add.Tensor
+// CHECK-NEXT:    call @cuvil_kernel_linear_128x768x768_f16_none(
+// CHECK-NEXT:    torch.aten.add.Tensor
+// CHECK-NOT:   _res
+func.func @not_residual(%x: !torch.vtensor<[128,768],f16>, %w: !torch.vtensor<[768,768],f16>, %h: !torch.vtensor<[128,768],f16>, %b: !torch.vtensor<[768],f16>) -> (!torch.vtensor<[128,768],f16>, !torch.vtensor<[128,768],f16>, !torch.vtensor<[128,768],f16>, !torch.vtensor<[128,768],f16>) {
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %0 = "cuvil.linear"(%x, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[128,768],f16>, !torch.vtensor<[768,768],f16>) -> !torch.vtensor<[128,768],f16>
+  %1 = torch.aten.add.Tensor %0, %h, %int2 : !torch.vtensor<[128,768],f16>, !torch.vtensor<[128,768],f16>, !torch.int -> !torch.vtensor<[128,768],f16>
+  %2 = "cuvil.linear"(%h, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[128,768],f16>, !torch.vtensor<[768,768],f16>) -> !torch.vtensor<[128,768],f16>
+  %3 = torch.aten.add.Tensor %2, %b, %int1 : !torch.vtensor<[128,768],f16>, !torch.vtensor<[768],f16>, !torch.int -> !torch.vtensor<[128,768],f16>
+  %4 = "cuvil.linear"(%x, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[128,768],f16>, !torch.vtensor<[768,768],f16>) -> !torch.vtensor<[128,768],f16>
+  %5 = torch.aten.add.Tensor %4, %h, %int1 : !torch.vtensor<[128,768],f16>, !torch.vtensor<[128,768],f16>, !torch.int -> !torch.vtensor<[128,768],f16>
+  return %1, %3, %5, %4 : !torch.vtensor<[128,768],f16>, !torch.vtensor<[128,768],f16>, !torch.vtensor<[128,768],f16>, !torch.vtensor<[128,768],f16>
+}
+
+// -----
+
 // Rank 2 needs no view; a gated linear computes [M, F] from W [2F, K]; bf16 is covered.
 // CHECK-LABEL: func.func @gated_rank2
 // CHECK-NOT:     torch.aten.view
