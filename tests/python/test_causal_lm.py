@@ -1,4 +1,5 @@
-"""compile_causal_lm: prefill + decode over a device-resident KV cache (docs/generation.md).
+"""compile_causal_lm: prefill_first + prefill + decode over a device-resident KV cache
+(docs/generation.md).
 
 Small configs with random weights; greedy tokens must equal transformers' generate (eager,
 fp32) for 64 new tokens on the CPU.
@@ -40,26 +41,111 @@ def compiled_lm(request):
     return request.param, model, cuvil_mlir.compile_causal_lm(model, max_seq_len=MAX_SEQ, batch=BATCH, prefill_len=CHUNK)
 
 
-@pytest.mark.parametrize("prompt_len", [13, 5])  # longer than a prefill chunk (overlapping last chunk), shorter (padded)
-def test_greedy_tokens_equal_transformers(compiled_lm, prompt_len):
+def _calls(monkeypatch) -> list[str]:
+    """The names of the functions the session invokes from now on."""
+    called = []
+    original = Session.invoke_resident
+
+    def spy(self, function, args):
+        called.append(function)
+        return original(self, function, args)
+
+    monkeypatch.setattr(Session, "invoke_resident", spy)
+    return called
+
+
+# longer than a prefill chunk (prefill_first at 0, then prefill at 5: an overlapping last chunk), shorter (padded), one chunk
+@pytest.mark.parametrize("prompt_len,prefills", [(13, ["prefill_first", "prefill"]), (5, ["prefill_first"]), (8, ["prefill_first"])])
+def test_greedy_tokens_equal_transformers(compiled_lm, prompt_len, prefills, monkeypatch):
     arch, model, lm = compiled_lm
     ids = torch.randint(0, 8192, (BATCH, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
     with torch.no_grad():
         expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False)
+    called = _calls(monkeypatch)
     got = lm.generate(ids, max_new_tokens=NEW)
+    assert called == prefills + ["decode"] * (NEW - 1)
     assert got.shape == (BATCH, prompt_len + NEW)
     assert torch.equal(got, expected), f"{arch}: first difference at {(got != expected).nonzero()[:1].tolist()}"
 
 
-def test_one_module_two_functions_fused(compiled_lm):
+def test_one_module_three_functions_fused(compiled_lm):
     arch, model, lm = compiled_lm
+    assert lm.functions == ("prefill_first", "prefill", "decode") == tuple(lm.metadata["causal_lm"]["functions"])
     fired = lm.patterns_fired
-    assert fired["raise-torch-to-cuvil"]["sdpa"] == 2 * 2  # one cuvil.attention per layer in prefill and in decode
+    assert fired["raise-torch-to-cuvil"]["sdpa"] == 3 * 2  # one cuvil.attention per layer in each function
     if arch != "gpt2":  # GPT-2's c_attn is one matmul already
-        assert fired["fuse-horizontal"]["horizontal_linears"] == 2 * 2  # q, k, v as one linear
-        assert fired["fuse-gated-ffn"]["gated_ffn"] == 2 * 2  # gate and up as one
+        assert fired["fuse-horizontal"]["horizontal_linears"] == 3 * 2  # q, k, v as one linear
+        assert fired["fuse-gated-ffn"]["gated_ffn"] == 3 * 2  # gate and up as one
     weight_bytes = sum(t.numel() * 4 for t in model.state_dict().values())  # tied embeddings counted twice
-    assert len(lm.modules[0].vmfb) < 1.5 * weight_bytes  # one copy of the weights for both functions, not two
+    assert len(lm.modules[0].vmfb) < 1.5 * weight_bytes  # one copy of the weights for the three functions, not three
+
+
+def test_padding_after_the_prompt_does_not_change_it(compiled_lm):
+    """A prompt shorter than a chunk is padded at its end: with causal attention no real token
+    sees a pad, so the logits at the prompt's last token, and the decode steps after it (which
+    overwrite the pads' cache slots before attending to them), do not depend on the pads."""
+    arch, _, lm = compiled_lm
+    ids = np.random.default_rng(0).integers(0, 8192, (BATCH, 5))
+    outs = []
+    for pads in (np.zeros((BATCH, CHUNK - 5)), np.random.default_rng(1).integers(0, 8192, (BATCH, CHUNK - 5))):
+        piece = np.ascontiguousarray(np.concatenate([ids, pads], axis=1).astype(np.int64))
+        logits = lm._call("prefill_first", [piece, np.array([4], np.int64)])
+        steps = [lm.decode(torch.tensor([[7 + i]] * BATCH), 5 + i).numpy() for i in range(4)]
+        outs.append([logits, *steps])
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5, err_msg=arch)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_prefill_first_attention_is_causal_without_mask(arch):
+    """prefill_first's attention raises to cuvil.attention {is_causal} with no mask operand over
+    the chunk's own keys (the form the Hopper attention kernel takes), one per layer; prefill
+    keeps its boolean mask over the filled prefix."""
+    import re
+
+    from cuvil_mlir.compiler.causal_lm import _export_programs
+    from cuvil_mlir.compiler.pipeline import Options, compile_functions
+
+    torch.manual_seed(0)
+    model = _config(arch).eval()
+    programs, _ = _export_programs(model, BATCH, MAX_SEQ, CHUNK)
+    text = compile_functions(programs, Options(), entry="decode", emit="cuvil").text
+    functions = dict(re.findall(r"func\.func (?:\w+ )?@(\w+)\((.*?)\n  \}", text, re.S))
+    attention = {name: re.findall(r'"cuvil\.attention"\(([^)]*)\) \{is_causal = (\w+).*?: \((.*?)\) ->', body)
+                 for name, body in functions.items()}
+    assert len(attention["prefill_first"]) == 2  # a layer each
+    for operands, causal, types in attention["prefill_first"]:
+        assert causal == "true" and len(operands.split(",")) == 3, (operands, causal)  # q, k, v: no mask
+        assert types.count(f"[{BATCH},4,{CHUNK},16]") == 3, types  # keys: the chunk's own, kv heads repeated
+    for operands, causal, types in attention["prefill"]:
+        assert causal == "false" and len(operands.split(",")) == 4, (operands, causal)  # the mask over the prefix
+
+
+def test_package_without_prefill_first(compiled_lm, tmp_path, monkeypatch):
+    """A package written before prefill_first (a module with prefill and decode, no "functions"
+    in its metadata) loads and prefills every chunk, the first too, with prefill."""
+    from cuvil_mlir.compiler.causal_lm import _export_programs
+    from cuvil_mlir.compiler.pipeline import Options, compile_functions
+
+    arch, model, lm = compiled_lm
+    if arch != "gpt2":
+        pytest.skip("one architecture is enough")
+    programs, _ = _export_programs(model, BATCH, MAX_SEQ, CHUNK)
+    del programs["prefill_first"]
+    modules, metadata, parameters = compile_functions(programs, Options(), entry="decode")
+    metadata["causal_lm"] = {k: v for k, v in lm.metadata["causal_lm"].items() if k != "functions"}
+    path = tmp_path / "old.cuvilpkg"
+    CausalLM(modules, metadata, parameters=parameters).save(path)
+    old = cuvil_mlir.load(path)
+    assert old.functions == ("prefill", "decode")
+    for prompt_len, prefills in ((13, ["prefill", "prefill"]), (5, ["prefill"])):
+        ids = torch.randint(0, 8192, (BATCH, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
+        with torch.no_grad():
+            expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
+        called = _calls(monkeypatch)
+        assert torch.equal(old.generate(ids, max_new_tokens=12), expected)
+        assert called == prefills + ["decode"] * 11
+        monkeypatch.undo()
 
 
 def test_cache_stays_on_device(compiled_lm, monkeypatch):
