@@ -98,20 +98,24 @@ class CausalLM(CompiledModel):
 
         ids = np.ascontiguousarray(self._check_prompt(input_ids, 0).cpu().numpy().astype(np.int64))
         length, chunk = ids.shape[1], self.prefill_len
-        starts = [max(0, min(start, length - chunk)) for start in range(0, length, chunk)]  # the last ends at the prompt's end
-        for start in starts:
+        calls = self.prefill_calls(length)
+        for function, start in calls:
             piece = ids[:, start:start + chunk]
             if piece.shape[1] < chunk:  # a prompt shorter than a chunk: pad its end
                 piece = np.concatenate([piece, np.zeros((self.batch, chunk - piece.shape[1]), np.int64)], axis=1)
             last = np.array([min(length, start + chunk) - 1 - start], np.int64)
-            function, position = self.prefill_function(start), np.array([start], np.int64)
-            args = [piece, last] if function == "prefill_first" else [piece, position, last]
-            logits = self._call(function, args, read=start == starts[-1])
+            args = [piece, last] if function == "prefill_first" else [piece, np.array([start], np.int64), last]
+            logits = self._call(function, args, read=start == calls[-1][1])
         return torch.from_numpy(logits)
 
-    def prefill_function(self, start: int) -> str:
-        """The function that prefills the chunk at position ``start``."""
-        return "prefill_first" if start == 0 and "prefill_first" in self.functions else "prefill"
+    def prefill_calls(self, length: int) -> list[tuple[str, int]]:
+        """(function, start position) of each chunk that prefills a prompt of ``length`` tokens:
+        ``prefill_len`` tokens each, the last ending at the prompt's end; the chunk at 0 runs
+        ``prefill_first`` where the package has it."""
+        chunk = self.prefill_len
+        first = "prefill_first" if "prefill_first" in self.functions else "prefill"
+        starts = [max(0, min(start, length - chunk)) for start in range(0, length, chunk)]
+        return [(first if start == 0 else "prefill", start) for start in starts]
 
     def decode(self, token_ids, position: int):
         """One step: ``token_ids`` ([batch, 1]) at ``position`` (the number of tokens before it

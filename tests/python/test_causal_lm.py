@@ -54,17 +54,24 @@ def _calls(monkeypatch) -> list[str]:
     return called
 
 
-# longer than a prefill chunk (prefill_first at 0, then prefill at 5: an overlapping last chunk), shorter (padded), one chunk
-@pytest.mark.parametrize("prompt_len,prefills", [(13, ["prefill_first", "prefill"]), (5, ["prefill_first"]), (8, ["prefill_first"])])
+# longer than a prefill chunk (prefill_first at 0, prefill at 5: a last chunk overlapping the first), shorter (padded),
+# one chunk, three chunks (the middle one at 8)
+@pytest.mark.parametrize("prompt_len,prefills", [(13, [("prefill_first", 0), ("prefill", 5)]), (5, [("prefill_first", 0)]),
+                                                 (8, [("prefill_first", 0)]),
+                                                 (17, [("prefill_first", 0), ("prefill", 8), ("prefill", 9)])])
 def test_greedy_tokens_equal_transformers(compiled_lm, prompt_len, prefills, monkeypatch):
     arch, model, lm = compiled_lm
+    if prompt_len in (8, 17) and arch not in ("gpt2", "llama"):
+        pytest.skip("two architectures are enough")
     ids = torch.randint(0, 8192, (BATCH, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
+    new = min(NEW, MAX_SEQ - prompt_len)
     with torch.no_grad():
-        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False)
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False)
+    assert lm.prefill_calls(prompt_len) == prefills
     called = _calls(monkeypatch)
-    got = lm.generate(ids, max_new_tokens=NEW)
-    assert called == prefills + ["decode"] * (NEW - 1)
-    assert got.shape == (BATCH, prompt_len + NEW)
+    got = lm.generate(ids, max_new_tokens=new)
+    assert called == [function for function, _ in prefills] + ["decode"] * (new - 1)
+    assert got.shape == (BATCH, prompt_len + new)
     assert torch.equal(got, expected), f"{arch}: first difference at {(got != expected).nonzero()[:1].tolist()}"
 
 
@@ -121,7 +128,7 @@ def test_prefill_first_attention_is_causal_without_mask(arch):
         assert causal == "false" and len(operands.split(",")) == 4, (operands, causal)  # the mask over the prefix
 
 
-def test_package_without_prefill_first(compiled_lm, tmp_path, monkeypatch):
+def test_package_without_prefill_first(compiled_lm, tmp_path, monkeypatch, capsys):
     """A package written before prefill_first (a module with prefill and decode, no "functions"
     in its metadata) loads and prefills every chunk, the first too, with prefill."""
     from cuvil_mlir.compiler.causal_lm import _export_programs
@@ -137,7 +144,7 @@ def test_package_without_prefill_first(compiled_lm, tmp_path, monkeypatch):
     path = tmp_path / "old.cuvilpkg"
     CausalLM(modules, metadata, parameters=parameters).save(path)
     old = cuvil_mlir.load(path)
-    assert old.functions == ("prefill", "decode")
+    assert old.functions == ("prefill", "decode") and old.prefill_calls(13) == [("prefill", 0), ("prefill", 5)]
     for prompt_len, prefills in ((13, ["prefill", "prefill"]), (5, ["prefill"])):
         ids = torch.randint(0, 8192, (BATCH, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
         with torch.no_grad():
@@ -146,6 +153,10 @@ def test_package_without_prefill_first(compiled_lm, tmp_path, monkeypatch):
         assert torch.equal(old.generate(ids, max_new_tokens=12), expected)
         assert called == prefills + ["decode"] * 11
         monkeypatch.undo()
+    from cuvil_mlir.cli import main
+
+    assert main(["inspect", str(path)]) == 0
+    assert "causal lm:   functions prefill, decode (no prefill_first" in capsys.readouterr().out
 
 
 def test_cache_stays_on_device(compiled_lm, monkeypatch):
@@ -348,8 +359,12 @@ def test_cli_generate(compiled_lm, tmp_path, capsys):
         pytest.skip("one architecture is enough")
     path = tmp_path / "lm.cuvilpkg"
     lm.save(path)
+    assert main(["inspect", str(path)]) == 0
+    assert "causal lm:   functions prefill_first, prefill, decode; batch 2, max_seq_len 80, prefill_len 8" in capsys.readouterr().out
     assert main(["generate", str(path), "--prompt-ids", "1,2,3;4,5,6", "--max-new-tokens", "5", "--no-progress"]) == 0
-    rows = capsys.readouterr().out.strip().splitlines()[-2:]
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-3].endswith("prefill: prefill_first@0")
+    rows = lines[-2:]
     expected = lm.generate(torch.tensor([[1, 2, 3], [4, 5, 6]]), max_new_tokens=5)
     assert [list(map(int, r.split(","))) for r in rows] == expected.tolist()
     assert main(["generate", str(path), "--prompt-ids", "1,2;3", "--no-progress"]) != 0  # ragged rows: an error, no traceback
