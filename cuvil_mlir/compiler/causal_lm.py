@@ -6,11 +6,11 @@ cache that stays on the device and is updated in place (docs/generation.md).
     decode(input_ids[B, 1], position[1], last[1], *cache) -> logits[B, V]
 
 ``cache`` is the keys and values of every layer, ``[B, kv_heads, max_seq_len, head_dim]`` each,
-arguments the functions write in place (``index_copy_`` at ``position``: IREE ties them, no copy
-per call). The tokens of a call sit at positions ``position .. position+T-1``; each attends to
-the cache up to its own position (a boolean mask built from ``position``, so decode's attention
-is one ``cuvil.attention`` of a single query against the whole cache). ``last`` picks the
-position whose logits are returned (the prompt's last token in a padded prefill chunk).
+arguments the functions write in place (a slice at ``position``: IREE ties them, no copy per
+call). The tokens of a call sit at positions ``position .. position+T-1``; each attends to the
+cache up to its own position (a boolean mask built from ``position`` over the filled prefix, so
+decode's attention is one ``cuvil.attention`` of a single query against that prefix). ``last``
+picks the position whose logits are returned (the prompt's last token in a padded prefill chunk).
 
 ``prefill_first`` is a prompt's first chunk, positions ``0 .. P-1``: it writes slots
 ``0 .. P-1`` like ``prefill`` but its tokens attend only to each other, plain causal SDPA with
@@ -26,8 +26,6 @@ through ``Cache.update`` and takes a 4-D mask compiles (checked: GPT-2, Llama, M
 from __future__ import annotations
 
 from cuvil_mlir.core.diagnostics import CuvilError, InputError
-
-FUNCTIONS = ("prefill_first", "prefill", "decode")  # the module's functions, in its order
 
 
 def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len: int | None = None, target: str = "cpu",
@@ -54,7 +52,7 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
         "batch": batch,
         "max_seq_len": max_seq_len,
         "prefill_len": prefill_len,
-        "functions": list(FUNCTIONS),
+        "functions": list(programs),  # prefill_first, prefill, decode: what CausalLM may call
         "vocab_size": int(config.get_text_config().vocab_size),
         "cache": [{"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")} for t in cache],
         "eos_token_id": _token_ids(getattr(generation, "eos_token_id", None)),
