@@ -368,3 +368,24 @@ def test_cli_generate(compiled_lm, tmp_path, capsys):
     expected = lm.generate(torch.tensor([[1, 2, 3], [4, 5, 6]]), max_new_tokens=5)
     assert [list(map(int, r.split(","))) for r in rows] == expected.tolist()
     assert main(["generate", str(path), "--prompt-ids", "1,2;3", "--no-progress"]) != 0  # ragged rows: an error, no traceback
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_prefill_first_gets_the_hopper_attention_kernel(arch):
+    """fp16 on cuda:h200 (compiled here, not run): prefill_first's causal attention, one per
+    layer, goes to the Hopper attention kernel; prefill's and decode's masked attention stays
+    IREE's codegen."""
+    from cuvil_mlir.targets import cuda_kernels
+
+    if cuda_kernels.available() is not None:
+        pytest.skip(f"kernels cannot be built here: {cuda_kernels.available()}")
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=128, n_head=2, vocab_size=512, n_positions=128))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            num_hidden_layers=2, hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=256,
+            vocab_size=512, max_position_embeddings=128))  # head dim 64: what the kernel takes
+    lm = cuvil_mlir.compile_causal_lm(model.eval().half(), max_seq_len=64, batch=1, prefill_len=32, target="cuda:h200")
+    fired = lm.patterns_fired["lower-cuvil-to-kernels"]
+    assert fired["attention (strided)"] == 2 and fired["kept attention: explicit mask"] == 2 * 2, fired
