@@ -29,7 +29,7 @@ import os
 import re
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from cuvil_mlir.core.diagnostics import CompileError
@@ -48,6 +48,10 @@ PTX_VERSION = 87
 CACHE_ENV = "CUVIL_KERNEL_CACHE"  # where built kernels are kept (default ~/.cache/cuvil-mlir/kernels)
 CONFIGS_PATH = Path(__file__).with_name("cuda_kernel_configs.json")
 CONFIGS_ENV = "CUVIL_KERNEL_CONFIGS"  # another tile table (a JSON file like CONFIGS_PATH), for tuning
+
+
+class SharedMemoryError(CompileError):
+    """A kernel config needs more shared memory than sm_90 has (the module would not load)."""
 
 
 def available() -> str | None:
@@ -348,7 +352,7 @@ def build_linear(spec: LinearSpec, config: TileConfig | None = None) -> KernelBi
                             str(cache / "kernel.cubin"), str(cache / "kernel.ptx"))
     ptx, threads, shared, scratch = _compile(spec, config, name)
     if shared > MAX_SHARED_BYTES:  # the whole module would fail to load ("exceeds the device maximum")
-        raise CompileError(f"{name} needs {shared} B of shared memory; sm_90 allows {MAX_SHARED_BYTES}")
+        raise SharedMemoryError(f"{name} needs {shared} B of shared memory; sm_90 allows {MAX_SHARED_BYTES}")
     cubin = _ptxas(ptx)
     grid = grid_of(spec, config)
     cache.mkdir(parents=True, exist_ok=True)
@@ -503,6 +507,18 @@ def dispatch_function(symbol: str, kb: KernelBinary, *, embed: str = "cubin", to
     return f"func.func private @{symbol}({args}) -> {outer['y']} {{\n" + "\n".join(lines) + "\n}\n"
 
 
+def _build_fitting(spec: LinearSpec, config: TileConfig) -> KernelBinary:
+    """The table's config, with fewer pipeline stages where its shared memory does not fit this
+    spec (a residual's epilogue tile takes more than the table's sweep, which had none, saw)."""
+    while True:
+        try:
+            return build_linear(spec, config)
+        except SharedMemoryError:
+            if config.stages <= 2:
+                raise
+            config = replace(config, stages=config.stages - 1)
+
+
 def materialize(symbol: str, spec: dict) -> tuple[str | None, dict]:
     """For targets/iree.py: the body of the kernel function ``symbol`` that
     lower-cuvil-to-kernels declared for ``spec`` (its cuvil.kernel_spec), as MLIR text of the
@@ -518,7 +534,7 @@ def materialize(symbol: str, spec: dict) -> tuple[str | None, dict]:
         config = select_config(ls)
         if config is None:
             return None, {**record, "kernel": None, "why": "the tile table prefers IREE's codegen for this shape"}
-        kb = build_linear(ls, config)
+        kb = _build_fitting(ls, config)
     except CompileError as e:
         return None, {**record, "kernel": None, "why": e.message if hasattr(e, "message") else str(e)}
     return dispatch_function(symbol, kb), {**record, **kb.describe()}
