@@ -4,6 +4,7 @@ fp16 on the CPU are right. Which part of IREE's CUDA codegen breaks it? Built he
     python benchmarks/gpu/conv_fp16.py build /work/main/.gpu/big3     # here: modules, inputs, references, run.sh
     OUT=$OUT DEADLINE=150 bash .gpu/big3/run.sh                        # there (copies this file beside the modules)
     python benchmarks/gpu/conv_fp16.py run DIR --out OUT               # what run.sh runs
+    python benchmarks/gpu/conv_fp16.py build /tmp/d --dry-run && ... run /tmp/d --out /tmp/o --driver local-task   # try it here
 
 Two parts, every module a bare .vmfb (runs with the IREE runtime wheel, numpy and torch only):
 - ``resnet/``: big_models.py's ResNet-18 (half width, 64 px, BN folded), from its .onnx, in the
@@ -122,7 +123,7 @@ def save_vmfb(compiled, path: Path, xz: bool) -> dict:
     return {"file": path.name, "iree_flags": list(module.iree_flags), "bytes": path.stat().st_size}
 
 
-def build_resnet(out: Path, names) -> dict:
+def build_resnet(out: Path, names, dry_run: bool = False) -> dict:
     import contextlib as cl
     import io
 
@@ -146,6 +147,8 @@ def build_resnet(out: Path, names) -> dict:
     variants = {}
     for name in names:
         precision, target, flags, mma, shows = RESNET[name]
+        if dry_run:
+            target, flags, mma = "cpu", (), None
         t = time.perf_counter()
         with patched(flags, mma):
             compiled = cuvil_mlir.compile(str(onnx_path), target=target, precision=precision, params="inline")
@@ -162,7 +165,7 @@ def build_resnet(out: Path, names) -> dict:
     return {"input": "x.npy", "reference": "ref_fp32.npy", "cpu_rel_l2": cpu, "variants": variants}
 
 
-def build_sweep(out: Path, modes) -> dict:
+def build_sweep(out: Path, modes, dry_run: bool = False) -> dict:
     import torch
 
     import cuvil_mlir
@@ -186,7 +189,7 @@ def build_sweep(out: Path, modes) -> dict:
         name = conv_name(c)
         convs[name] = {**c, "modules": {}}
         for mode in modes:
-            target, flags, mma, _ = SWEEP[mode]
+            target, flags, mma, _ = ("cpu", (), None, "") if dry_run else SWEEP[mode]
             try:
                 with patched(flags, mma):
                     compiled = cuvil_mlir.compile(ConvReluBias(c["s"], c["p"]), args, target=target)
@@ -221,7 +224,8 @@ def build(a) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = {"built": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                "resnet": build_resnet(out, a.resnet.split(",")), "sweep": build_sweep(out, a.sweep.split(","))}
+                "dry_run": a.dry_run,
+                "resnet": build_resnet(out, a.resnet.split(","), a.dry_run), "sweep": build_sweep(out, a.sweep.split(","), a.dry_run)}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     shutil.copy(__file__, out / "conv_fp16.py")
     (out / "run.sh").write_text(RUN_SH)
@@ -281,7 +285,7 @@ def run(a) -> int:
     manifest = json.loads((here / "manifest.json").read_text())
     result = {"manifest_built": manifest["built"], "resnet": {}, "sweep": {}, "cpu_rel_l2": manifest["resnet"]["cpu_rel_l2"]}
     save = lambda: (out / "big3.json").write_text(json.dumps(result, indent=1))  # noqa: E731
-    config = rt.Config("cuda")
+    config = rt.Config(a.driver)
 
     r = manifest["resnet"]
     x = np.load(here / "resnet" / r["input"])
@@ -312,7 +316,7 @@ def run(a) -> int:
         torch = None
     rng = np.random.default_rng(0)
     for name, c in manifest["sweep"]["convs"].items():
-        if left() < 4 or torch is None:
+        if left() < 12 or torch is None:  # a row loads one module per mode
             result["sweep"][name] = {"skipped": "no torch" if torch is None else f"deadline ({left():.0f} s left)"}
             continue
         xs = (rng.random((1, c["cin"], c["hw"], c["hw"])) * 2 - 1).astype(np.float16)
@@ -361,10 +365,12 @@ def main() -> int:
     b.add_argument("out")
     b.add_argument("--resnet", default=",".join(RESNET), help="comma-separated variants of RESNET")
     b.add_argument("--sweep", default=",".join(SWEEP), help="comma-separated modes of SWEEP")
+    b.add_argument("--dry-run", action="store_true", help="every module for the CPU target: to try `run` here")
     r = sub.add_parser("run")
     r.add_argument("dir")
     r.add_argument("--out", required=True)
     r.add_argument("--deadline", type=float, default=140)
+    r.add_argument("--driver", default="cuda", help="local-task for a --dry-run build")
     a = p.parse_args()
     if a.cmd == "build":
         sys.path.insert(0, str(ROOT))
