@@ -206,6 +206,7 @@ def build_sweep(out: Path, modes, dry_run: bool = False) -> dict:
 RUN_SH = """#!/bin/bash
 # Issue 16 on the GPU machine, from the repo root: OUT=$OUT DEADLINE=150 bash .gpu/big3/run.sh
 # Installs the IREE runtime wheel (.gpu/common/whl) into a scratch dir, then runs every variant
+# (DRIVER=local-task and COMMON=<dir with whl/> run a --dry-run build on a CPU machine)
 # (benchmarks/gpu/conv_fp16.py, copied here as conv_fp16.py) and writes $OUT/big3.json.
 set -u
 export PYTHONUNBUFFERED=1
@@ -215,7 +216,8 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE $COMMON/whl/iree_base_runtime-*.whl || exit 1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv > "$OUT/nvidia-smi.txt" 2>&1
 LEFT=$(( ${DEADLINE:-150} - ($(date +%s) - START) - 5 ))
-PYTHONPATH=$SITE timeout $(( LEFT + 3 )) python3 "$HERE/conv_fp16.py" run "$HERE" --out "$OUT" --deadline $LEFT 2>&1 | tee "$OUT/big3.log"
+PYTHONPATH=$SITE timeout $(( LEFT + 3 )) python3 "$HERE/conv_fp16.py" run "$HERE" --out "$OUT" --deadline $LEFT \
+  --driver ${DRIVER:-cuda} 2>&1 | tee "$OUT/big3.log"
 """
 
 
