@@ -206,8 +206,8 @@ def build_sweep(out: Path, modes, dry_run: bool = False) -> dict:
 RUN_SH = """#!/bin/bash
 # Issue 16 on the GPU machine, from the repo root: OUT=$OUT DEADLINE=150 bash .gpu/big3/run.sh
 # Installs the IREE runtime wheel (.gpu/common/whl) into a scratch dir, then runs every variant
-# (DRIVER=local-task and COMMON=<dir with whl/> run a --dry-run build on a CPU machine)
 # (benchmarks/gpu/conv_fp16.py, copied here as conv_fp16.py) and writes $OUT/big3.json.
+# DRIVER=local-task and COMMON=<dir with whl/> run a --dry-run build on a CPU machine.
 set -u
 export PYTHONUNBUFFERED=1
 HERE=$(cd "$(dirname "$0")" && pwd); COMMON=${COMMON:-$HERE/../common}; SITE=/tmp/big3-site
