@@ -46,8 +46,9 @@ def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns
 def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len: int | None = None, target: str = "cpu",
                       precision: str = "fp32", opt_level: int = 3, params: str = "auto"):
     """Compile a transformers causal LM (GPT-2, Llama, Mistral, Qwen2, ...) for generation: one
-    package with a ``prefill`` and a ``decode`` function over a KV cache for ``batch`` sequences
-    of up to ``max_seq_len`` tokens, kept on the device and updated in place (docs/generation.md).
+    package with ``prefill_first``, ``prefill`` and ``decode`` functions over a KV cache for
+    ``batch`` sequences of up to ``max_seq_len`` tokens, kept on the device and updated in place
+    (docs/generation.md).
     ``params``: weights "inline" in the modules or "external" (one archive), "auto" as ``compile``.
     Returns a ``CausalLM``: ``.generate(input_ids, max_new_tokens=...)`` as transformers'."""
     from cuvil_mlir.compiler.causal_lm import compile_causal_lm as _compile

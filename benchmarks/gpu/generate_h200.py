@@ -23,7 +23,10 @@ there is the model the packages were compiled from here.
    timed with CUDA synchronisation, medians over interleaved rounds, same prompts, for cuvil
    (the package's first target that loads: Hopper kernels; and the plain cuda:h200 module) and
    HF generate eager (dynamic cache) and with a static cache (cache_implementation="static", which
-   HF generate compiles with torch.compile, mode reduce-overhead: CUDA graphs).
+   HF generate compiles with torch.compile, mode reduce-overhead: CUDA graphs). The prompt is one
+   prefill chunk at position 0: a package with ``prefill_first`` (causal attention over the
+   chunk's own keys, no mask) runs that, an older one ``prefill`` (masked attention over the
+   cache); the run records which (``cuvil_prefill_function``, ``cuvil_plain_prefill_function``).
 """
 
 from __future__ import annotations
@@ -169,7 +172,7 @@ def build(args) -> None:
         packed = dedup.pack(data)
         (out / entry["file"]).write_bytes(packed)
         path.unlink()
-        entry.update(bytes=len(data), packed_bytes=len(packed), active_targets=[m.target for m in lm.modules],
+        entry.update(bytes=len(data), packed_bytes=len(packed), active_targets=[m.target for m in lm.modules], functions=list(lm.functions),
                      save_pack_s=round(time.perf_counter() - start, 1), patterns_fired=lm.patterns_fired,
                      kernels=len(lm.metadata.get("kernels", [])))
         manifest["packages"].append(entry)
@@ -402,6 +405,7 @@ def check_package(path: Path, entry: dict, manifest: dict, device: str, target: 
         lm = cuvil_mlir.load(path, prefer=target)
         row["loaded_target"] = lm.active_target
         row["load_s"] = round(time.perf_counter() - t0, 2)
+        row["prefill_function"] = prefill_functions(lm, p)
         got = [lm.prefill(ids)]
         for i in range(n - 1):
             got.append(lm.decode(forced[:, p + i:p + i + 1], p + i))
@@ -421,6 +425,12 @@ def check_package(path: Path, entry: dict, manifest: dict, device: str, target: 
     except Exception as e:
         row["status"] = f"failed: {type(e).__name__}: {str(e)[:800]}"
     return row
+
+
+def prefill_functions(lm, length: int) -> str:
+    """The functions that prefill a prompt of ``length`` tokens, in call order ("prefill_first",
+    "prefill_first + prefill", or "prefill" for a package written before prefill_first)."""
+    return " + ".join(function for function, _ in lm.prefill_calls(length))
 
 
 def step(args) -> None:
@@ -476,6 +486,7 @@ def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, dead
             if lm.active_target != target:
                 row["notes"][name] = f"{target} did not load; ran {lm.active_target}"
                 continue
+            row[f"{name}_prefill_function"] = prefill_functions(lm, p)
             fns[name] = (lambda lm: lambda count: lm.generate(ids, max_new_tokens=count))(lm)
             with torch.no_grad():
                 want = model(ids_dev).logits[:, -1].float().cpu()
@@ -544,7 +555,7 @@ def summary(data: dict) -> str:
                      f"{_brief(r, ('rel_err', 'hf_fp16_rel_err', 'tokens_equal'))}")
     for r in data["timing"]:
         cells = " ".join(f"{k}: {v['prefill_ms']} ms / {v['decode_tok_s']} tok/s" for k, v in r.get("results", {}).items())
-        lines.append(f"  B={r['batch']} C={r['context']}: {r['status']} {cells}")
+        lines.append(f"  B={r['batch']} C={r['context']}: {r['status']} {cells} (cuvil prefill: {r.get('cuvil_prefill_function')})")
     return "\n".join(lines)
 
 
@@ -574,11 +585,11 @@ def render(data: dict, date: str) -> str:
              f"{m['check']['new_tokens']} new tokens. rel err: max |logits - HF eager fp32| / max |HF fp32| over the prefill "
              "and every teacher-forced decode step (HF's greedy fp32 tokens fed); HF fp16: the same for HF eager fp16; tokens: "
              "cuvil's free-running greedy tokens vs HF generate at the package's precision.", "",
-             "| arch | precision | target | status | rel err | HF fp16 rel err | argmax agree | tokens equal (prefix) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| arch | precision | target | status | prefill function | rel err | HF fp16 rel err | argmax agree | tokens equal (prefix) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in data["checks"]:
         lines.append(f"| {r.get('arch', r.get('file'))} | {r.get('precision', '')} | {r.get('target', '')} | {r['status'][:120]} | "
-                     f"{r.get('rel_err', '')} | {r.get('hf_fp16_rel_err', '')} | {r.get('argmax_agree', '')} | "
+                     f"{r.get('prefill_function', '-')} | {r.get('rel_err', '')} | {r.get('hf_fp16_rel_err', '')} | {r.get('argmax_agree', '')} | "
                      f"{r.get('tokens_equal', '')} ({r.get('tokens_equal_prefix', '')}) |")
     params = 2 * size["vocab_size"] * size["hidden_size"] + size["num_hidden_layers"] * size["hidden_size"] * (
         2 * size["hidden_size"] + 2 * size["hidden_size"] * size["num_key_value_heads"] // size["num_attention_heads"]
@@ -593,19 +604,22 @@ def render(data: dict, date: str) -> str:
               "cuda:h200 module), hf_eager (generate, dynamic cache), hf_static_compile (generate with "
               "cache_implementation=\"static\": HF compiles the decode step with torch.compile, reduce-overhead). Weights: "
               "one random 64x64 sign block tiled over each matrix (timing does not depend on values; greedy tokens are then "
-              "mostly ties, so token equality there is no check).", "",
-              "| batch | context | entry | prefill ms | decode tok/s | cuvil vs entry (decode) | same tokens as eager |",
-              "|---|---|---|---|---|---|---|"]
+              "mostly ties, so token equality there is no check). prefill function: the package's function(s) that "
+              "prefilled the prompt (prefill_first: causal attention over the chunk's own keys; prefill: masked "
+              "attention over the cache; '-' for a run before this was recorded).", "",
+              "| batch | context | entry | prefill function | prefill ms | decode tok/s | cuvil vs entry (decode) | same tokens as eager |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in data["timing"]:
         res = r.get("results", {})
         if not res:
-            lines.append(f"| {r['batch']} | {r['context']} | - | {r['status'][:150]} | | | |")
+            lines.append(f"| {r['batch']} | {r['context']} | - | | {r['status'][:150]} | | | |")
             continue
         ours = res.get("cuvil", {}).get("decode_tok_s")
         for name, v in res.items():
             ratio = f"{ours / v['decode_tok_s']:.2f}x" if ours and v["decode_tok_s"] and name != "cuvil" else ""
-            lines.append(f"| {r['batch']} | {r['context']} | {name} | {v['prefill_ms']} | {v['decode_tok_s']} | {ratio} | "
-                         f"{v['same_tokens_as_hf_eager']} |")
+            function = r.get(f"{name}_prefill_function", "-") if name.startswith("cuvil") else ""
+            lines.append(f"| {r['batch']} | {r['context']} | {name} | {function} | {v['prefill_ms']} | {v['decode_tok_s']} | "
+                         f"{ratio} | {v['same_tokens_as_hf_eager']} |")
     lines += ["", "Per case (load and warm-up seconds, prefill logits vs HF fp16 eager, failures):", ""]
     for r in data["timing"]:
         lines.append(f"- B={r['batch']} C={r['context']} ({r['status'][:200]}): {json.dumps(r.get('notes', {}))}")

@@ -3,7 +3,7 @@ shape and tile configuration: the sweep that fills targets/cuda_kernel_configs.j
 
     python benchmarks/gpu/linear_kernels.py build .gpu/hopper/lk [--quick]   # here: one .vmfb per shape
     python3 benchmarks/gpu/linear_kernels.py run .gpu/hopper/lk --out $OUT    # there (H200)
-    python benchmarks/gpu/linear_kernels.py sweep-build .gpu/gemm/sweep [--dtypes f16,bf16]   # here: cubins
+    python benchmarks/gpu/linear_kernels.py sweep-build .gpu/gemm/sweep [--dtypes f16,bf16] [--odd|--models]   # here: cubins
     python3 benchmarks/gpu/linear_kernels.py sweep-run .gpu/gemm/sweep --out $OUT              # there
 
 ``build`` (the CPU machine, needs triton and the IREE compiler): per shape one module whose
@@ -99,6 +99,16 @@ SWEEP_BF16 = 3
 SWEEP_ODD = [("odd_m1", 1, 776, 1000, "none"), ("odd_m7", 7, 2056, 1000, "none"), ("odd_m333", 333, 776, 1000, "none"),
              ("odd_m2049", 2049, 1032, 1000, "none"), ("odd_gated_m2049", 2049, 2064, 1000, "swiglu")]
 SWEEP_LAUNCHES = 20
+# The M the real-size e2e models run their linears at (benchmarks/gpu/gpu_models.py: GPT-2 12 layers
+# and BERT-base at T=128, B 1/8; Llama-2048 at T=512, B 1/8), which the goal's M grid steps over:
+# every config of the mid and large classes plus persistent forms of the smaller tiles.
+MODEL_SHAPES = [(layer, m) for layer in ("gpt2_qkv", "gpt2_attn_proj", "gpt2_fc", "gpt2_fc_proj") for m in (128, 1024)] + \
+               [(layer, m) for layer in ("llama1b_qkv", "llama1b_o", "llama1b_down", "llama1b_gateup") for m in (512, 4096)]
+MODEL_CONFIGS = SWEEP_CONFIGS["mid"] + SWEEP_CONFIGS["large"] + [
+    (64, 128, 64, 4, 4, "persistent"), (64, 256, 64, 4, 4, "persistent"), (128, 128, 64, 8, 4, "persistent"),
+    (128, 64, 64, 4, 4, "persistent"), (64, 64, 128, 4, 4, "persistent"), (128, 128, 64, 8, 4, "tiles", False, True)]
+MODEL_GATED_CONFIGS = SWEEP_CONFIGS["gated"] + [(64, 128, 64, 4, 4, "persistent"), (128, 128, 64, 8, 4, "persistent", True),
+                                                (128, 64, 64, 4, 4, "tiles"), (64, 64, 64, 4, 4, "tiles")]
 
 
 def sweep_class(m: int, gated: bool) -> str:
@@ -360,25 +370,29 @@ def _host_bits(np, y):
 # ------------------------------------------------------------------------------ kernel sweep
 
 
-def sweep_build(out: Path, dtypes: list[str], only: str = "", odd: bool = False) -> None:
+def sweep_build(out: Path, dtypes: list[str], only: str = "", odd: bool = False, models: bool = False) -> None:
     """Here: the cubin of every (goal shape, dtype, config) -> out/cubins/, listed in
-    out/sweep-<dtype>.json; with ``odd`` the SWEEP_ODD shapes (fp16) -> out/sweep-odd.json."""
+    out/sweep-<dtype>.json; with ``odd`` the SWEEP_ODD shapes (fp16) -> out/sweep-odd.json; with
+    ``models`` the MODEL_SHAPES with MODEL_CONFIGS (fp16) -> out/sweep-models.json."""
     import shutil
 
     sys.path.insert(0, str(REPO))
     from targets import cuda_kernels as ck
 
     (out / "cubins").mkdir(parents=True, exist_ok=True)
-    for t in ["f16"] if odd else dtypes:
+    layers = {layer: (n, k, act) for layer, n, k, act in GOAL_LAYERS}
+    for t in ["f16"] if odd or models else dtypes:
         entries = []
         shapes = [(name, n, k, act, [m]) for name, m, n, k, act in SWEEP_ODD] if odd else \
+            [(layer, *layers[layer], [m]) for layer, m in MODEL_SHAPES] if models else \
             [(layer, n, k, act, GOAL_MS) for layer, n, k, act in GOAL_LAYERS]
         for layer, n, k, act, ms in shapes:
             if only and only not in layer:
                 continue
             for m in ms:
                 spec = ck.LinearSpec(m, n, k, t, act, False)
-                configs = SWEEP_CONFIGS[sweep_class(m, spec.gated)]
+                configs = (MODEL_GATED_CONFIGS if spec.gated else MODEL_CONFIGS) if models else \
+                    SWEEP_CONFIGS[sweep_class(m, spec.gated)]
                 for cfg in configs if t == "f16" else configs[:SWEEP_BF16]:
                     config = ck.TileConfig(*cfg[:5], 8, *cfg[5:])
                     try:
@@ -390,7 +404,7 @@ def sweep_build(out: Path, dtypes: list[str], only: str = "", odd: bool = False)
                     entries.append({"layer": layer, "m": m, "n": n, "k": k, "dtype": t, "activation": act,
                                     "config": asdict(config), "key": config.key, **kb.describe(), "scratch": kb.scratch_bytes})
             print(f"{t} {layer}: {len(entries)} kernels so far", file=sys.stderr, flush=True)
-        (out / f"sweep-{'odd' if odd else t}.json").write_text(json.dumps(entries, indent=0))
+        (out / f"sweep-{'odd' if odd else 'models' if models else t}.json").write_text(json.dumps(entries, indent=0))
 
 
 class _Driver:
@@ -567,12 +581,13 @@ def main() -> None:
     sb = sub.add_parser("sweep-build"); sb.add_argument("out", type=Path); sb.add_argument("--dtypes", default="f16,bf16")
     sb.add_argument("--only", default="", help="layers whose name contains this")
     sb.add_argument("--odd", action="store_true", help="the SWEEP_ODD shapes instead of the goal's")
+    sb.add_argument("--models", action="store_true", help="the MODEL_SHAPES (the e2e models' M) instead of the goal's")
     sr = sub.add_parser("sweep-run"); sr.add_argument("folder", type=Path); sr.add_argument("--out", type=Path, required=True)
     sr.add_argument("--deadline", type=float, default=300)
     sp = sub.add_parser("sweep-report"); sp.add_argument("results", type=Path)
     a = p.parse_args()
     if a.cmd == "sweep-build":
-        sweep_build(a.out, a.dtypes.split(","), a.only, a.odd)
+        sweep_build(a.out, a.dtypes.split(","), a.only, a.odd, a.models)
     elif a.cmd == "sweep-run":
         sweep_run(a.folder, a.out, a.deadline)
     elif a.cmd == "sweep-report":

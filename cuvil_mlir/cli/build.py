@@ -198,6 +198,8 @@ def _inspect(args, parser) -> int:
         print(f"created:     {meta['created']}")
     print(f"function:    {meta.get('function', 'main')}")
     print(f"signature:   {_signature_text(meta, args.package)}")
+    if "causal_lm" in meta:
+        print(f"causal lm:   {_describe_causal_lm(meta['causal_lm'])}")
     if "opt_level" in meta:
         print(f"opt level:   O{meta['opt_level']}")
     print("modules:")
@@ -237,6 +239,15 @@ def _describe_signature(sig) -> str:
     ins = ", ".join(s.describe() for s in sig.inputs)
     outs = ", ".join(s.describe() for s in sig.outputs)
     return f"({ins}) -> ({outs})"
+
+
+def _describe_causal_lm(lm: dict) -> str:
+    """compile_causal_lm's functions and sizes; a package written before prefill_first lists no
+    functions: it has prefill and decode (runtime/generation.py OLD_FUNCTIONS)."""
+    functions = lm.get("functions")
+    names = ", ".join(functions) if functions else "prefill, decode (no prefill_first: every chunk runs prefill)"
+    return (f"functions {names}; batch {lm.get('batch')}, max_seq_len {lm.get('max_seq_len')}, "
+            f"prefill_len {lm.get('prefill_len')}")
 
 
 def _describe_fired(fired: dict) -> str:

@@ -8,8 +8,9 @@ from cuvil_mlir.core.diagnostics import InputError
 
 def add_parsers(sub, common) -> None:
     p = sub.add_parser("generate", parents=[common], help="generate tokens with a causal LM's .cuvilpkg",
-                       description="Load a package written by compile_causal_lm(...).save(), prefill the prompt and "
-                                   "decode new tokens with a progress bar that shows them as they come.")
+                       description="Load a package written by compile_causal_lm(...).save(), prefill the prompt "
+                                   "(its first chunk with prefill_first where the package has it, later chunks with "
+                                   "prefill) and decode new tokens with a progress bar that shows them as they come.")
     p.add_argument("package", metavar="PKG", help="a causal LM's .cuvilpkg")
     p.add_argument("--prompt-ids", required=True, metavar="IDS",
                    help="the prompt's token ids, comma-separated; rows separated by ';' for a batch (e.g. 1,2,3;4,5,6)")
@@ -48,7 +49,8 @@ def _generate(args, parser) -> int:
     out = lm.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=args.sample, temperature=args.temperature,
                       top_k=args.top_k, top_p=args.top_p, progress=not args.no_progress,
                       generator=torch.Generator().manual_seed(args.seed))
-    print(f"ran on target {lm.active_target}")
+    calls = " + ".join(f"{function}@{start}" for function, start in lm.prefill_calls(ids.shape[1]))
+    print(f"ran on target {lm.active_target}; prefill: {calls}")
     for row in out.tolist():
         print(",".join(map(str, row)))
     return 0

@@ -1,15 +1,22 @@
-"""``compile_causal_lm``: a Hugging Face causal LM as one module with two functions over a KV
+"""``compile_causal_lm``: a Hugging Face causal LM as one module with three functions over a KV
 cache that stays on the device and is updated in place (docs/generation.md).
 
+    prefill_first(input_ids[B, P], last[1], *cache) -> logits[B, V]
     prefill(input_ids[B, P], position[1], last[1], *cache) -> logits[B, V]
     decode(input_ids[B, 1], position[1], last[1], *cache) -> logits[B, V]
 
 ``cache`` is the keys and values of every layer, ``[B, kv_heads, max_seq_len, head_dim]`` each,
-arguments the functions write in place (``index_copy_`` at ``position``: IREE ties them, no copy
-per call). The tokens of a call sit at positions ``position .. position+T-1``; each attends to
-the cache up to its own position (a boolean mask built from ``position``, so decode's attention
-is one ``cuvil.attention`` of a single query against the whole cache). ``last`` picks the
-position whose logits are returned (the prompt's last token in a padded prefill chunk).
+arguments the functions write in place (a slice at ``position``: IREE ties them, no copy per
+call). The tokens of a call sit at positions ``position .. position+T-1``; each attends to the
+cache up to its own position (a boolean mask built from ``position`` over the filled prefix, so
+decode's attention is one ``cuvil.attention`` of a single query against that prefix). ``last``
+picks the position whose logits are returned (the prompt's last token in a padded prefill chunk).
+
+``prefill_first`` is a prompt's first chunk, positions ``0 .. P-1``: it writes slots
+``0 .. P-1`` like ``prefill`` but its tokens attend only to each other, plain causal SDPA with
+no mask (``cuvil.attention {is_causal}`` over P keys: what the Hopper attention kernel takes;
+``prefill``'s masked attention over the filled prefix is IREE's codegen). Nothing before the
+chunk is read, so the cache need not be empty.
 
 The model runs its own forward (HF's modeling code, its attention through SDPA) with a cache
 object whose layers write into those arguments; so any HF causal LM whose attention goes
@@ -20,20 +27,15 @@ from __future__ import annotations
 
 from cuvil_mlir.core.diagnostics import CuvilError, InputError
 
-FUNCTIONS = ("prefill", "decode")
-
 
 def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len: int | None = None, target: str = "cpu",
                       precision: str = "fp32", opt_level: int = 3, params: str = "auto"):
     """Compile ``hf_model`` (a transformers ``*ForCausalLM``) for ``batch`` sequences of up to
     ``max_seq_len`` tokens (prompt and new tokens); prompts are prefilled ``prefill_len`` tokens
     at a time (default: min(max_seq_len, 128)). ``params``: the weights ``"inline"`` in each
-    target's module or ``"external"`` (one parameter archive both functions and all targets
+    target's module or ``"external"`` (one parameter archive all functions and targets
     read); ``"auto"``: external from 64 MiB of weights (cuvil_mlir.compile's rule). Returns a
     ``cuvil_mlir.runtime.generation.CausalLM``."""
-    import torch
-
-    from cuvil_mlir.compiler.export_modes import export_module
     from cuvil_mlir.compiler.pipeline import Options, compile_functions
     from cuvil_mlir.runtime.generation import CausalLM
 
@@ -41,22 +43,7 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
     prefill_len = min(max_seq_len, 128) if prefill_len is None else prefill_len
     if not 1 <= prefill_len <= max_seq_len:
         raise InputError(f"prefill_len must be in 1..max_seq_len ({max_seq_len}), got {prefill_len}")
-    cache = [torch.zeros(shape, dtype=dtype) for shape, dtype in _cache_layout(hf_model, batch, max_seq_len)]
-    step = _Step(hf_model)
-
-    def example(length):  # distinct tensors: torch.export would trace one tensor passed twice as one input
-        return (torch.zeros((batch, length), dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
-                torch.zeros(1, dtype=torch.int64), *cache)
-
-    with _sdpa_attention(hf_model), torch.no_grad():
-        programs = {"prefill": export_module(step, example(prefill_len), {}, None),
-                    "decode": export_module(step, example(1), {}, None)}
-    for name, program in programs.items():
-        written = _mutated_inputs(program)
-        if written != len(cache):
-            raise CuvilError(f"{type(hf_model).__name__}: its {name} step writes {written} of the {len(cache)} KV-cache "
-                             "tensors; cuvil needs a model whose attention stores keys and values through transformers' "
-                             "Cache.update")
+    programs, cache = _export_programs(hf_model, batch, max_seq_len, prefill_len)
     options = Options(target=target, opt_level=opt_level, precision=precision, params=params)
     modules, metadata, parameters = compile_functions(programs, options, entry="decode")
     generation = getattr(hf_model, "generation_config", None)
@@ -65,12 +52,44 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
         "batch": batch,
         "max_seq_len": max_seq_len,
         "prefill_len": prefill_len,
+        "functions": list(programs),  # prefill_first, prefill, decode: what CausalLM may call
         "vocab_size": int(config.get_text_config().vocab_size),
         "cache": [{"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")} for t in cache],
         "eos_token_id": _token_ids(getattr(generation, "eos_token_id", None)),
         "pad_token_id": getattr(generation, "pad_token_id", None),
     }
     return CausalLM(modules, metadata, parameters=parameters)
+
+
+def _export_programs(hf_model, batch: int, max_seq_len: int, prefill_len: int):
+    """The three steps exported (torch.export), by function name, and the example cache
+    tensors (their shapes and dtypes are the cache's). Each must write every cache tensor."""
+    import torch
+
+    from cuvil_mlir.compiler.export_modes import export_module
+
+    cache = [torch.zeros(shape, dtype=dtype) for shape, dtype in _cache_layout(hf_model, batch, max_seq_len)]
+    step, first = _step_classes()
+
+    def ids(length):  # distinct tensors: torch.export would trace one tensor passed twice as one input
+        return torch.zeros((batch, length), dtype=torch.int64)
+
+    def index():
+        return torch.zeros(1, dtype=torch.int64)
+
+    with torch.no_grad():
+        with _attention(hf_model, _CAUSAL_SDPA):
+            programs = {"prefill_first": export_module(first(hf_model), (ids(prefill_len), index(), *cache), {}, None)}
+        with _attention(hf_model, "sdpa"):
+            programs["prefill"] = export_module(step(hf_model), (ids(prefill_len), index(), index(), *cache), {}, None)
+            programs["decode"] = export_module(step(hf_model), (ids(1), index(), index(), *cache), {}, None)
+    for name, program in programs.items():
+        written = _mutated_inputs(program)
+        if written != len(cache):
+            raise CuvilError(f"{type(hf_model).__name__}: its {name} step writes {written} of the {len(cache)} KV-cache "
+                             "tensors; cuvil needs a model whose attention stores keys and values through transformers' "
+                             "Cache.update")
+    return programs, cache
 
 
 def _check_model(model, max_seq_len: int, batch: int):
@@ -121,45 +140,79 @@ def _token_ids(value):
     return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
 
 
-class _sdpa_attention:
-    """Run the model's attention through SDPA while exporting (one op the importer keeps whole:
-    cuvil.attention), whatever implementation it was loaded with; restored afterwards."""
+_CAUSAL_SDPA = "cuvil_causal_sdpa"  # prefill_first's attention implementation (registered with transformers)
 
-    def __init__(self, model):
-        self.config = model.config
+
+class _attention:
+    """Run the model's attention as ``implementation`` while exporting, whatever it was loaded
+    with; restored afterwards. ``"sdpa"``: SDPA with the mask the model builds (one op the
+    importer keeps whole: cuvil.attention). ``_CAUSAL_SDPA``: SDPA with ``is_causal`` and no
+    mask; transformers builds no mask for an implementation it has no mask function for (under
+    torch.export its "sdpa" would build one, never trusting is_causal)."""
+
+    def __init__(self, model, implementation: str):
+        self.config, self.implementation = model.config, implementation
         self.saved = getattr(model.config, "_attn_implementation", None)
 
     def __enter__(self):
+        if self.implementation == _CAUSAL_SDPA:
+            from transformers import AttentionInterface
+
+            AttentionInterface.register(_CAUSAL_SDPA, _causal_sdpa)
         if self.saved is not None:
-            self.config._attn_implementation = "sdpa"
+            self.config._attn_implementation = self.implementation
 
     def __exit__(self, *exc):
         if self.saved is not None:
             self.config._attn_implementation = self.saved
 
 
-def _step_class():
+def _causal_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """SDPA with is_causal and no mask over the chunk's own keys; grouped key/value heads are
+    repeated (transformers' ``repeat_kv``, as its masked path does): cuvil.attention takes
+    equal head counts, not SDPA's ``enable_gqa``."""
+    import torch
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    extra = sorted(k for k in ("softcap", "position_bias", "sinks") if kwargs.get(k) is not None)
+    if extra:
+        raise CuvilError(f"{type(module).__name__}: prefill_first's causal attention does not take {', '.join(extra)}")
+    groups = query.shape[1] // key.shape[1]
+    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, dropout_p=dropout, scale=scaling, is_causal=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _step_classes():
+    """(the step of prefill and decode, the step of prefill_first): torch modules over a
+    transformers causal LM."""
     import torch
     from transformers.cache_utils import Cache, StaticLayer
 
     class ArgumentLayer(StaticLayer):
         """A cache layer over two tensors the exported function takes as arguments: ``update``
         writes the new keys and values into slots ``start .. end-1`` in place (a slice at a
-        dynamic offset: IREE updates the argument's buffer there) and returns the filled prefix,
-        slots ``0 .. end-1``: attention reads only those."""
+        dynamic offset: IREE updates the argument's buffer there) and returns what attention
+        reads: the filled prefix, slots ``0 .. end-1``, or with ``own`` the new keys and values
+        alone (a chunk that sees nothing before it)."""
 
-        def __init__(self, keys, values, start, end):
+        def __init__(self, keys, values, start, end, own: bool = False):
             super().__init__(max_cache_len=keys.shape[2])
-            self.keys, self.values, self.start, self.end = keys, values, start, end
+            self.keys, self.values, self.start, self.end, self.own = keys, values, start, end, own
             self.is_initialized = True
 
         def update(self, key_states, value_states, *args, **kwargs):
             length = key_states.shape[2]
-            self.keys.narrow(2, self.start, length).copy_(key_states.to(self.keys.dtype))
-            self.values.narrow(2, self.start, length).copy_(value_states.to(self.values.dtype))
+            key_states, value_states = key_states.to(self.keys.dtype), value_states.to(self.values.dtype)
+            self.keys.narrow(2, self.start, length).copy_(key_states)
+            self.values.narrow(2, self.start, length).copy_(value_states)
+            if self.own:
+                return key_states, value_states
             return self.keys[:, :, :self.end], self.values[:, :, :self.end]
 
     class Step(torch.nn.Module):
+        """prefill and decode: tokens at ``position ..`` attend to the cache up to their own position."""
+
         def __init__(self, model):
             super().__init__()
             self.model = model
@@ -179,8 +232,21 @@ def _step_class():
                              past_key_values=Cache(layers=layers), use_cache=True, logits_to_keep=last)
             return out.logits[:, 0]
 
-    return Step
+    class FirstStep(torch.nn.Module):
+        """prefill_first: tokens at positions ``0 .. P-1`` attend causally to each other only
+        (exported under ``_attention(model, _CAUSAL_SDPA)``); their keys and values are written
+        to slots ``0 .. P-1``."""
 
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
 
-def _Step(model):
-    return _step_class()(model)
+        def forward(self, input_ids, last, *cache):
+            batch, length = input_ids.shape
+            layers = [ArgumentLayer(cache[i], cache[i + 1], 0, length, own=True) for i in range(0, len(cache), 2)]
+            index = torch.arange(length, dtype=torch.int64)[None, :].expand(batch, length)
+            out = self.model(input_ids=input_ids, position_ids=index, attention_mask=None,
+                             past_key_values=Cache(layers=layers), use_cache=True, logits_to_keep=last)
+            return out.logits[:, 0]
+
+    return Step, FirstStep

@@ -200,7 +200,7 @@ def _adapt(pattern: Pattern, fired: Firings, options):
         made = defining_op(values[0]) if values else None
         loc = made.location if made is not None else op.location  # where the replacement says it is
         rewriter.replace_op(op, values)
-        _erase_dead(rewriter, producers)
+        erase_dead(producers, rewriter.erase_op)
         fired.record(pattern.name, loc)
         return False
 
@@ -217,10 +217,11 @@ def _is_value_semantic(op) -> bool:
     return all(not str(r.type).startswith("!torch.tensor") for r in op.results)
 
 
-def _erase_dead(rewriter, producers) -> None:
-    """Erase producers the rewrite left unused. MLIR's driver only erases ops it knows are
-    side-effect free, and torch ops do not declare that, so a pattern that consumes a chain
-    (e.g. ``mul(l, sigmoid(l))``) would otherwise leave the chain behind."""
+def erase_dead(producers, erase=lambda op: op.operation.erase()) -> None:
+    """Erase producers a rewrite left unused, and theirs in turn (``erase``: the rewriter's
+    erase_op inside a pattern). MLIR's driver only erases ops it knows are side-effect free,
+    and torch ops do not declare that, so a pattern that consumes a chain (e.g.
+    ``mul(l, sigmoid(l))``) would otherwise leave the chain behind."""
     work = []
     for p in producers:  # an op may feed several operands: visit it once
         if p is not None and p not in work:
@@ -230,7 +231,7 @@ def _erase_dead(rewriter, producers) -> None:
         if not _is_value_semantic(op) or any(num_uses(r) for r in op.results):
             continue
         operands = [defining_op(v) for v in op.operands]
-        rewriter.erase_op(op)
+        erase(op)
         work.extend(p for p in operands if p is not None and p not in work)
 
 

@@ -1,15 +1,19 @@
 """``CausalLM``: token generation with a compiled causal LM (cuvil_mlir/compiler/causal_lm.py).
 
-The package holds one module per target with two functions, ``prefill`` and ``decode``, and
-metadata ``causal_lm`` (batch, max_seq_len, prefill_len, the cache's tensors). The KV cache is
+The package holds one module per target with the functions ``prefill_first``, ``prefill`` and
+``decode``, and metadata ``causal_lm`` (batch, max_seq_len, prefill_len, the cache's tensors,
+the functions: a package written before ``prefill_first`` lists none and has the other two). The KV cache is
 allocated once on the device when a target is chosen and passed to every call as it is: the
 functions update it in place, nothing of it crosses to the host. Per step only the new token
 ids go in and the last position's logits come out.
 
-A prompt is prefilled ``prefill_len`` tokens at a time. The last chunk ends at the prompt's
-last token: it starts earlier when the prompt is longer than a chunk (recomputing a few cached
-positions gives the same keys and values) and is padded at its end when the prompt is shorter
-(padding writes cache slots that decode overwrites before any token attends to them).
+A prompt is prefilled ``prefill_len`` tokens at a time. The chunk at position 0 runs
+``prefill_first`` where the package has it (causal attention among its own tokens, no mask),
+later chunks ``prefill``. The last chunk ends at the prompt's last token: it starts earlier when
+the prompt is longer than a chunk (recomputing a few cached positions gives the same keys and
+values) and is padded at its end when the prompt is shorter (the pads come after every real
+token, so causal attention keeps them out of the real tokens' results; their cache slots are
+overwritten by decode before any token attends to them).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ import numpy as np
 from cuvil_mlir.core.diagnostics import CuvilError, InputError, PackageError
 from cuvil_mlir.runtime import package
 from cuvil_mlir.runtime.compiled import CompiledModel, from_package, supplied_parameters
+
+
+OLD_FUNCTIONS = ("prefill", "decode")  # a package written before prefill_first (no "functions" in its metadata)
 
 
 class CausalLM(CompiledModel):
@@ -35,6 +42,7 @@ class CausalLM(CompiledModel):
             self.vocab_size = int(lm["vocab_size"])
             self.eos_token_id = lm.get("eos_token_id")
             self.pad_token_id = lm.get("pad_token_id")
+            self.functions = tuple(lm.get("functions", OLD_FUNCTIONS))
         except (KeyError, TypeError, ValueError) as e:
             raise PackageError(f"the package's causal_lm metadata is malformed ({type(e).__name__}: {e})") from e
         self._cache: list | None = None  # device buffers of the session that holds them
@@ -90,13 +98,24 @@ class CausalLM(CompiledModel):
 
         ids = np.ascontiguousarray(self._check_prompt(input_ids, 0).cpu().numpy().astype(np.int64))
         length, chunk = ids.shape[1], self.prefill_len
-        starts = [max(0, min(start, length - chunk)) for start in range(0, length, chunk)]  # the last ends at the prompt's end
-        for start in starts:
+        calls = self.prefill_calls(length)
+        for function, start in calls:
             piece = ids[:, start:start + chunk]
             if piece.shape[1] < chunk:  # a prompt shorter than a chunk: pad its end
                 piece = np.concatenate([piece, np.zeros((self.batch, chunk - piece.shape[1]), np.int64)], axis=1)
-            logits = self._call("prefill", piece, start, min(length, start + chunk) - 1 - start, read=start == starts[-1])
+            last = np.array([min(length, start + chunk) - 1 - start], np.int64)
+            args = [piece, last] if function == "prefill_first" else [piece, np.array([start], np.int64), last]
+            logits = self._call(function, args, read=start == calls[-1][1])
         return torch.from_numpy(logits)
+
+    def prefill_calls(self, length: int) -> list[tuple[str, int]]:
+        """(function, start position) of each chunk that prefills a prompt of ``length`` tokens:
+        ``prefill_len`` tokens each, the last ending at the prompt's end; the chunk at 0 runs
+        ``prefill_first`` where the package has it."""
+        chunk = self.prefill_len
+        first = "prefill_first" if "prefill_first" in self.functions else "prefill"
+        starts = [max(0, min(start, length - chunk)) for start in range(0, length, chunk)]
+        return [(first if start == 0 else "prefill", start) for start in starts]
 
     def decode(self, token_ids, position: int):
         """One step: ``token_ids`` ([batch, 1]) at ``position`` (the number of tokens before it
@@ -108,13 +127,14 @@ class CausalLM(CompiledModel):
             raise InputError(f"decode takes token ids of shape [{self.batch}, 1], got {list(ids.shape)}")
         if not 0 <= position < self.max_seq_len:
             raise InputError(f"decode position {position} is outside the cache (max_seq_len {self.max_seq_len})")
-        return torch.from_numpy(self._call("decode", np.ascontiguousarray(ids.cpu().numpy().astype(np.int64)), position, 0))
+        ids = np.ascontiguousarray(ids.cpu().numpy().astype(np.int64))
+        return torch.from_numpy(self._call("decode", [ids, np.array([position], np.int64), np.array([0], np.int64)]))
 
-    def _call(self, function: str, ids: np.ndarray, position: int, last: int, read: bool = True) -> np.ndarray | None:
-        """One call; the logits back on the host when ``read`` (a prefill chunk before the last
-        only fills the cache)."""
+    def _call(self, function: str, args: list, read: bool = True) -> np.ndarray | None:
+        """One call of ``function`` with ``args`` and the cache; the logits back on the host when
+        ``read`` (a prefill chunk before the last only fills the cache)."""
         session = self._session_with_cache()
-        views = session.invoke_resident(function, [ids, np.array([position], np.int64), np.array([last], np.int64), *self._cache])
+        views = session.invoke_resident(function, [*args, *self._cache])
         return session.to_host(views[:1])[0] if read else None
 
     def _session_with_cache(self):
@@ -152,7 +172,7 @@ def load(path, prefer=None, *, verify: bool = True, parameters=None):
     metadata, modules = package.read(path)
     if "causal_lm" not in metadata:
         return from_package(path, metadata, modules, prefer, verify=verify, parameters=parameters)
-    if parameters is not None:  # supplied: checked per key against what the prefill and decode functions read
+    if parameters is not None:  # supplied: checked per key against what the functions read
         parameters = supplied_parameters(path, metadata, parameters)
     else:
         parameters = package.read_parameters(path, metadata)

@@ -1,4 +1,5 @@
-"""compile_causal_lm: prefill + decode over a device-resident KV cache (docs/generation.md).
+"""compile_causal_lm: prefill_first + prefill + decode over a device-resident KV cache
+(docs/generation.md).
 
 Small configs with random weights; greedy tokens must equal transformers' generate (eager,
 fp32) for 64 new tokens on the CPU.
@@ -40,26 +41,122 @@ def compiled_lm(request):
     return request.param, model, cuvil_mlir.compile_causal_lm(model, max_seq_len=MAX_SEQ, batch=BATCH, prefill_len=CHUNK)
 
 
-@pytest.mark.parametrize("prompt_len", [13, 5])  # longer than a prefill chunk (overlapping last chunk), shorter (padded)
-def test_greedy_tokens_equal_transformers(compiled_lm, prompt_len):
+def _calls(monkeypatch) -> list[str]:
+    """The names of the functions the session invokes from now on."""
+    called = []
+    original = Session.invoke_resident
+
+    def spy(self, function, args):
+        called.append(function)
+        return original(self, function, args)
+
+    monkeypatch.setattr(Session, "invoke_resident", spy)
+    return called
+
+
+# longer than a prefill chunk (prefill_first at 0, prefill at 5: a last chunk overlapping the first), shorter (padded),
+# one chunk, three chunks (the middle one at 8)
+@pytest.mark.parametrize("prompt_len,prefills", [(13, [("prefill_first", 0), ("prefill", 5)]), (5, [("prefill_first", 0)]),
+                                                 (8, [("prefill_first", 0)]),
+                                                 (17, [("prefill_first", 0), ("prefill", 8), ("prefill", 9)])])
+def test_greedy_tokens_equal_transformers(compiled_lm, prompt_len, prefills, monkeypatch):
     arch, model, lm = compiled_lm
+    if prompt_len in (8, 17) and arch not in ("gpt2", "llama"):
+        pytest.skip("two architectures are enough")
     ids = torch.randint(0, 8192, (BATCH, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
+    new = min(NEW, MAX_SEQ - prompt_len)
     with torch.no_grad():
-        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False)
-    got = lm.generate(ids, max_new_tokens=NEW)
-    assert got.shape == (BATCH, prompt_len + NEW)
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False)
+    assert lm.prefill_calls(prompt_len) == prefills
+    called = _calls(monkeypatch)
+    got = lm.generate(ids, max_new_tokens=new)
+    assert called == [function for function, _ in prefills] + ["decode"] * (new - 1)
+    assert got.shape == (BATCH, prompt_len + new)
     assert torch.equal(got, expected), f"{arch}: first difference at {(got != expected).nonzero()[:1].tolist()}"
 
 
-def test_one_module_two_functions_fused(compiled_lm):
+def test_one_module_three_functions_fused(compiled_lm):
     arch, model, lm = compiled_lm
+    assert lm.functions == ("prefill_first", "prefill", "decode") == tuple(lm.metadata["causal_lm"]["functions"])
     fired = lm.patterns_fired
-    assert fired["raise-torch-to-cuvil"]["sdpa"] == 2 * 2  # one cuvil.attention per layer in prefill and in decode
+    assert fired["raise-torch-to-cuvil"]["sdpa"] == 3 * 2  # one cuvil.attention per layer in each function
     if arch != "gpt2":  # GPT-2's c_attn is one matmul already
-        assert fired["fuse-horizontal"]["horizontal_linears"] == 2 * 2  # q, k, v as one linear
-        assert fired["fuse-gated-ffn"]["gated_ffn"] == 2 * 2  # gate and up as one
+        assert fired["fuse-horizontal"]["horizontal_linears"] == 3 * 2  # q, k, v as one linear
+        assert fired["fuse-gated-ffn"]["gated_ffn"] == 3 * 2  # gate and up as one
     weight_bytes = sum(t.numel() * 4 for t in model.state_dict().values())  # tied embeddings counted twice
-    assert len(lm.modules[0].vmfb) < 1.5 * weight_bytes  # one copy of the weights for both functions, not two
+    assert len(lm.modules[0].vmfb) < 1.5 * weight_bytes  # one copy of the weights for the three functions, not three
+
+
+def test_padding_after_the_prompt_does_not_change_it(compiled_lm):
+    """A prompt shorter than a chunk is padded at its end: with causal attention no real token
+    sees a pad, so the logits at the prompt's last token, and the decode steps after it (which
+    overwrite the pads' cache slots before attending to them), do not depend on the pads."""
+    arch, _, lm = compiled_lm
+    ids = np.random.default_rng(0).integers(0, 8192, (BATCH, 5))
+    outs = []
+    for pads in (np.zeros((BATCH, CHUNK - 5)), np.random.default_rng(1).integers(0, 8192, (BATCH, CHUNK - 5))):
+        piece = np.ascontiguousarray(np.concatenate([ids, pads], axis=1).astype(np.int64))
+        logits = lm._call("prefill_first", [piece, np.array([4], np.int64)])
+        steps = [lm.decode(torch.tensor([[7 + i]] * BATCH), 5 + i).numpy() for i in range(4)]
+        outs.append([logits, *steps])
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5, err_msg=arch)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_prefill_first_attention_is_causal_without_mask(arch):
+    """prefill_first's attention raises to cuvil.attention {is_causal} with no mask operand over
+    the chunk's own keys (the form the Hopper attention kernel takes), one per layer; prefill
+    keeps its boolean mask over the filled prefix."""
+    import re
+
+    from cuvil_mlir.compiler.causal_lm import _export_programs
+    from cuvil_mlir.compiler.pipeline import Options, compile_functions
+
+    torch.manual_seed(0)
+    model = _config(arch).eval()
+    programs, _ = _export_programs(model, BATCH, MAX_SEQ, CHUNK)
+    text = compile_functions(programs, Options(), entry="decode", emit="cuvil").text
+    functions = dict(re.findall(r"func\.func (?:\w+ )?@(\w+)\((.*?)\n  \}", text, re.S))
+    attention = {name: re.findall(r'"cuvil\.attention"\(([^)]*)\) \{is_causal = (\w+).*?: \((.*?)\) ->', body)
+                 for name, body in functions.items()}
+    assert len(attention["prefill_first"]) == 2  # a layer each
+    for operands, causal, types in attention["prefill_first"]:
+        assert causal == "true" and len(operands.split(",")) == 3, (operands, causal)  # q, k, v: no mask
+        assert types.count(f"[{BATCH},4,{CHUNK},16]") == 3, types  # keys: the chunk's own, kv heads repeated
+    for operands, causal, types in attention["prefill"]:
+        assert causal == "false" and len(operands.split(",")) == 4, (operands, causal)  # the mask over the prefix
+
+
+def test_package_without_prefill_first(compiled_lm, tmp_path, monkeypatch, capsys):
+    """A package written before prefill_first (a module with prefill and decode, no "functions"
+    in its metadata) loads and prefills every chunk, the first too, with prefill."""
+    from cuvil_mlir.compiler.causal_lm import _export_programs
+    from cuvil_mlir.compiler.pipeline import Options, compile_functions
+
+    arch, model, lm = compiled_lm
+    if arch != "gpt2":
+        pytest.skip("one architecture is enough")
+    programs, _ = _export_programs(model, BATCH, MAX_SEQ, CHUNK)
+    del programs["prefill_first"]
+    modules, metadata, parameters = compile_functions(programs, Options(), entry="decode")
+    metadata["causal_lm"] = {k: v for k, v in lm.metadata["causal_lm"].items() if k != "functions"}
+    path = tmp_path / "old.cuvilpkg"
+    CausalLM(modules, metadata, parameters=parameters).save(path)
+    old = cuvil_mlir.load(path)
+    assert old.functions == ("prefill", "decode") and old.prefill_calls(13) == [("prefill", 0), ("prefill", 5)]
+    for prompt_len, prefills in ((13, ["prefill", "prefill"]), (5, ["prefill"])):
+        ids = torch.randint(0, 8192, (BATCH, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
+        with torch.no_grad():
+            expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
+        called = _calls(monkeypatch)
+        assert torch.equal(old.generate(ids, max_new_tokens=12), expected)
+        assert called == prefills + ["decode"] * 11
+        monkeypatch.undo()
+    from cuvil_mlir.cli import main
+
+    assert main(["inspect", str(path)]) == 0
+    assert "causal lm:   functions prefill, decode (no prefill_first" in capsys.readouterr().out
 
 
 def test_cache_stays_on_device(compiled_lm, monkeypatch):
@@ -262,8 +359,33 @@ def test_cli_generate(compiled_lm, tmp_path, capsys):
         pytest.skip("one architecture is enough")
     path = tmp_path / "lm.cuvilpkg"
     lm.save(path)
+    assert main(["inspect", str(path)]) == 0
+    assert "causal lm:   functions prefill_first, prefill, decode; batch 2, max_seq_len 80, prefill_len 8" in capsys.readouterr().out
     assert main(["generate", str(path), "--prompt-ids", "1,2,3;4,5,6", "--max-new-tokens", "5", "--no-progress"]) == 0
-    rows = capsys.readouterr().out.strip().splitlines()[-2:]
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-3].endswith("prefill: prefill_first@0")
+    rows = lines[-2:]
     expected = lm.generate(torch.tensor([[1, 2, 3], [4, 5, 6]]), max_new_tokens=5)
     assert [list(map(int, r.split(","))) for r in rows] == expected.tolist()
     assert main(["generate", str(path), "--prompt-ids", "1,2;3", "--no-progress"]) != 0  # ragged rows: an error, no traceback
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_prefill_first_gets_the_hopper_attention_kernel(arch):
+    """fp16 on cuda:h200 (compiled here, not run): prefill_first's causal attention, one per
+    layer, goes to the Hopper attention kernel; prefill's and decode's masked attention stays
+    IREE's codegen."""
+    from cuvil_mlir.targets import cuda_kernels
+
+    if cuda_kernels.available() is not None:
+        pytest.skip(f"kernels cannot be built here: {cuda_kernels.available()}")
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=128, n_head=2, vocab_size=512, n_positions=128))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            num_hidden_layers=2, hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=256,
+            vocab_size=512, max_position_embeddings=128))  # head dim 64: what the kernel takes
+    lm = cuvil_mlir.compile_causal_lm(model.eval().half(), max_seq_len=64, batch=1, prefill_len=32, target="cuda:h200")
+    fired = lm.patterns_fired["lower-cuvil-to-kernels"]
+    assert fired["attention (strided)"] == 2 and fired["kept attention: explicit mask"] == 2 * 2, fired

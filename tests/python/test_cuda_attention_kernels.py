@@ -263,8 +263,8 @@ def test_hf_attention_blocks_get_the_strided_kernel(arch):
     """HF GPT-2 (fused c_attn, split) and Llama (q/k/v projections fused horizontally, RoPE on q
     and k, repeat_kv of 2 kv heads) in fp16 on cuda:h200: every attention reads v (and GPT-2's q
     and k) from the fused projection's output and writes [B, T, H, D] for the output projection,
-    Llama's kv heads read once. The attention and MLP output projections add the residual in the
-    linear kernel's epilogue (the residual adds are gone)."""
+    Llama's kv heads read once; Llama's q and k are sliced by heads for RoPE. The attention and MLP
+    output projections add the residual in the linear kernel's epilogue (the residual adds are gone)."""
     import cuvil_mlir
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
@@ -284,6 +284,7 @@ def test_hf_attention_blocks_get_the_strided_kernel(arch):
     assert (record.get("q_layout") == f"2x32x{n}:0:{32 * n}:64:{n}") == (arch == "gpt2")  # Llama's RoPE writes q itself
     fired = compiled.patterns_fired["lower-cuvil-to-kernels"]
     assert fired["linear (widened 16-bit) + residual" if arch == "gpt2" else "linear + residual"] == 2 * 2
+    assert fired.get("slice by heads", 0) == (0 if arch == "gpt2" else 2 * 2)  # Llama's q and k on their way to RoPE
     residual = [r for r in compiled.metadata["kernels"] if r.get("has_residual")]
     assert {r["kernel"].split("_res_")[0] + "_res" for r in residual} == {r["function"].replace("cuvil_kernel_", "cuvil_") for r in residual}
     sites = sorted(p.split(".")[-2:][0] + "." + p.split(".")[-1] for r in residual for p in r["sites"])

@@ -324,11 +324,37 @@ func.func @main(%x: !torch.vtensor<[2,8,64],f16>, %w: !torch.vtensor<[64,48],f16
 """
 
 
-@pytest.mark.parametrize("case", ["widened", "residual"])
+# q and k cut from one projection and viewed as heads (slice by heads), then combined
+HEADS = """
+func.func @main(%x: !torch.vtensor<[2,8,64],f16>, %w: !torch.vtensor<[128,64],f16>) -> !torch.vtensor<[2,2,8,32],f16> {
+  %int-1 = torch.constant.int -1
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int3 = torch.constant.int 3
+  %int8 = torch.constant.int 8
+  %int32 = torch.constant.int 32
+  %int64 = torch.constant.int 64
+  %int128 = torch.constant.int 128
+  %y = "cuvil.linear"(%x, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,8,64],f16>, !torch.vtensor<[128,64],f16>) -> !torch.vtensor<[2,8,128],f16>
+  %s = torch.prim.ListConstruct %int2, %int8, %int2, %int32 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %q = torch.aten.slice.Tensor %y, %int-1, %int0, %int64, %int1 : !torch.vtensor<[2,8,128],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,8,64],f16>
+  %qh = torch.aten.view %q, %s : !torch.vtensor<[2,8,64],f16>, !torch.list<int> -> !torch.vtensor<[2,8,2,32],f16>
+  %k = torch.aten.slice.Tensor %y, %int-1, %int64, %int128, %int1 : !torch.vtensor<[2,8,128],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,8,64],f16>
+  %kh = torch.aten.view %k, %s : !torch.vtensor<[2,8,64],f16>, !torch.list<int> -> !torch.vtensor<[2,8,2,32],f16>
+  %p = torch.prim.ListConstruct %int0, %int2, %int1, %int3 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %qt = torch.aten.permute %qh, %p : !torch.vtensor<[2,8,2,32],f16>, !torch.list<int> -> !torch.vtensor<[2,2,8,32],f16>
+  %kt = torch.aten.permute %kh, %p : !torch.vtensor<[2,8,2,32],f16>, !torch.list<int> -> !torch.vtensor<[2,2,8,32],f16>
+  %o = torch.aten.mul.Tensor %qt, %kt : !torch.vtensor<[2,2,8,32],f16>, !torch.vtensor<[2,2,8,32],f16> -> !torch.vtensor<[2,2,8,32],f16>
+  return %o : !torch.vtensor<[2,2,8,32],f16>
+}
+"""
+
+@pytest.mark.parametrize("case", ["widened", "residual", "heads"])
 def test_kernel_functions_compute_what_the_ops_did(case):
     """The kernel functions' own bodies (what a target without a kernel compiles) give the same
     numbers as the ops they replaced, widened form, batched views and residual adds (GPT-2's
-    Conv1D + view + add, an add with r first) included (IREE CPU)."""
+    Conv1D + view + add, an add with r first) included, and q/k sliced by heads (IREE CPU)."""
     import numpy as np
 
     from cuvil_mlir.compiler.context import make_context
@@ -343,17 +369,20 @@ def test_kernel_functions_compute_what_the_ops_did(case):
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal((2, 8, 64)).astype(np.float16), (rng.standard_normal((64, 48)) / 8).astype(np.float16),
               rng.standard_normal(48).astype(np.float32)]
-    if case == "widened":
+    if case == "heads":
+        inputs = [rng.standard_normal((2, 8, 64)).astype(np.float16), (rng.standard_normal((128, 64)) / 8).astype(np.float16)]
+    elif case == "widened":
         inputs.append((rng.standard_normal((16, 48)) / 7).astype(np.float16))
     else:
         inputs += [rng.standard_normal((2, 8, 48)).astype(np.float16), (rng.standard_normal((48, 48)) / 7).astype(np.float16)]
     outs = []
     for passes in (["lower-cuvil-to-torch"], ["lower-cuvil-to-kernels", "lower-cuvil-to-torch"]):
-        module = parse_module(WIDENED if case == "widened" else RESIDUAL, make_context())
+        module = parse_module({"widened": WIDENED, "residual": RESIDUAL, "heads": HEADS}[case], make_context())
         fired = run_pipeline(module, [registry.get(p) for p in passes + ["verify-no-cuvil"]])
         outs.append(Session(iree.compile_to_vmfb(module, cpu.iree_flags()), cpu.driver).invoke("main", inputs)[0])
-    expected = ({"linear (widened 16-bit)": 1, "linear": 2} if case == "widened" else
-                {"linear (widened 16-bit) + residual": 1, "linear + residual": 1})
+    expected = {"widened": {"linear (widened 16-bit)": 1, "linear": 2},
+                "residual": {"linear (widened 16-bit) + residual": 1, "linear + residual": 1},
+                "heads": {"linear": 1, "slice by heads": 2}}[case]
     assert fired["lower-cuvil-to-kernels"] == expected
     np.testing.assert_array_equal(outs[0], outs[1])
     assert np.abs(outs[1]).max() > 0.5

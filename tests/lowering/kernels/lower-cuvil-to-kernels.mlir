@@ -282,3 +282,37 @@ func.func @strided(%y: !torch.vtensor<[2,16,512],f16>) -> !torch.vtensor<[2,16,2
   %out = torch.aten.view %ot, %l3 : !torch.vtensor<[2,16,4,64],f16>, !torch.list<int> -> !torch.vtensor<[2,16,256],f16>
   return %out : !torch.vtensor<[2,16,256],f16>
 }
+
+// -----
+
+// Heads cut from a kernel's output (q and k of a fused projection on their way to RoPE) are
+// sliced after the view, on the heads dim, where IREE fuses the slice into the consumer. Not
+// where the source is no kernel call, or the offset does not fall on a head.
+// CHECK-LABEL: func.func @slice_by_heads
+// CHECK:         %[[Y:[0-9]+]] = call @cuvil_kernel_linear_64x512x256_f16_none(
+// CHECK:         %[[YV:[0-9]+]] = torch.aten.view %[[Y]], %{{.+}} -> !torch.vtensor<[2,32,512],f16>
+// CHECK:         %[[H:[0-9]+]] = torch.aten.view %[[YV]], %{{.+}} -> !torch.vtensor<[2,32,8,64],f16>
+// CHECK:         %[[Q:[0-9]+]] = torch.aten.slice.Tensor %[[H]], %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : !torch.vtensor<[2,32,8,64],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,32,4,64],f16>
+// CHECK:         torch.aten.slice.Tensor %[[YV]], %{{.+}} -> !torch.vtensor<[2,32,256],f16>
+// CHECK:         torch.aten.slice.Tensor %arg2, %{{.+}} -> !torch.vtensor<[2,32,256],f16>
+// CHECK:         return %[[Q]]
+func.func @slice_by_heads(%x: !torch.vtensor<[2,32,256],f16>, %w: !torch.vtensor<[512,256],f16>, %z: !torch.vtensor<[2,32,512],f16>) -> (!torch.vtensor<[2,32,4,64],f16>, !torch.vtensor<[2,32,4,64],f16>, !torch.vtensor<[2,32,4,64],f16>) {
+  %0 = "cuvil.linear"(%x, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,32,256],f16>, !torch.vtensor<[512,256],f16>) -> !torch.vtensor<[2,32,512],f16>
+  %int-1 = torch.constant.int -1
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int4 = torch.constant.int 4
+  %int32 = torch.constant.int 32
+  %int64 = torch.constant.int 64
+  %int256 = torch.constant.int 256
+  %int288 = torch.constant.int 288
+  %heads = torch.prim.ListConstruct %int2, %int32, %int4, %int64 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %1 = torch.aten.slice.Tensor %0, %int-1, %int0, %int256, %int1 : !torch.vtensor<[2,32,512],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,32,256],f16>
+  %2 = torch.aten.view %1, %heads : !torch.vtensor<[2,32,256],f16>, !torch.list<int> -> !torch.vtensor<[2,32,4,64],f16>
+  %3 = torch.aten.slice.Tensor %0, %int-1, %int32, %int288, %int1 : !torch.vtensor<[2,32,512],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,32,256],f16>
+  %4 = torch.aten.view %3, %heads : !torch.vtensor<[2,32,256],f16>, !torch.list<int> -> !torch.vtensor<[2,32,4,64],f16>
+  %5 = torch.aten.slice.Tensor %z, %int-1, %int0, %int256, %int1 : !torch.vtensor<[2,32,512],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,32,256],f16>
+  %6 = torch.aten.view %5, %heads : !torch.vtensor<[2,32,256],f16>, !torch.list<int> -> !torch.vtensor<[2,32,4,64],f16>
+  return %2, %4, %6 : !torch.vtensor<[2,32,4,64],f16>, !torch.vtensor<[2,32,4,64],f16>, !torch.vtensor<[2,32,4,64],f16>
+}
