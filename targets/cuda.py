@@ -1,6 +1,6 @@
 """The CUDA target: IREE's cuda backend (PTX in the module, JIT-compiled by the driver at load),
 run with the ``cuda`` driver. ``cuda``, ``cuda:sm_86``, ``cuda:h200``,
-``cuda:h200{hopper-mode=target-description}``, ``cuda:h200{conv=igemm}``.
+``cuda:h200{hopper-mode=target-description}``.
 
 Hopper: IREE 3.13's known-target table stops at sm_89 (sm_90 fails with "missing GPU target in
 #hal.executable.target", iree-org/iree#22147). Two ways round it, chosen by ``hopper_mode``:
@@ -43,22 +43,19 @@ HOPPER_MODES = ("ptx-jit", "target-description")
 KERNEL_MODES = ("auto", "off")
 KERNEL_ARCHS = ("sm_90",)
 KERNEL_PASS = "lower-cuvil-to-kernels{arch=sm_90}"
-# conv: how IREE's LLVMGPU codegen lowers convolutions (docs/targets.md, docs/known-issues.md).
-#   direct  no implicit GEMM: the default, because with IREE 3.13's implicit GEMM an fp16
-#           ResNet-18 (ONNX, BN folded) ran with rel. L2 error 0.19 on the H200 (issue 16;
-#           fp32 and the CPU target were right);
-#   igemm   IREE's own default: every convolution as an implicit GEMM on the MMA intrinsics.
-CONV_MODES = ("direct", "igemm")
-CONV_FLAGS = {"direct": ("--iree-codegen-llvmgpu-use-igemm=false",), "igemm": ()}
+# Every cuda arch: IREE 3.13's CUDA MMA codegen computes some fp16 1x1 stride-2 convolutions
+# wrong (issue 16, docs/known-issues.md); this pass makes them strided slices + 1x1 stride-1 convs.
+CONV_WORKAROUND_PASS = "slice-strided-1x1-conv"
 
 
-def _with_kernels(stages):
-    """The stages with lower-cuvil-to-kernels first in the lowering stage (it claims the
-    cuvil.linear ops the kernels cover; lower-cuvil-to-torch lowers the rest)."""
-    return tuple((name, (KERNEL_PASS, *passes) if name == Stage.LOWERED else passes) for name, passes in stages)
+def _lowering_first(stages, *first):
+    """The stages with ``first`` at the start of the lowering stage (before lower-cuvil-to-torch:
+    they rewrite or claim Cuvil ops; lower-cuvil-to-torch lowers the rest)."""
+    return tuple((name, (*first, *passes) if name == Stage.LOWERED else passes) for name, passes in stages)
 
 
-KERNEL_STAGES = _with_kernels(DEFAULT_STAGES)
+CUDA_STAGES = _lowering_first(DEFAULT_STAGES, CONV_WORKAROUND_PASS)
+KERNEL_STAGES = _lowering_first(DEFAULT_STAGES, CONV_WORKAROUND_PASS, KERNEL_PASS)
 
 
 def materialize_kernel(symbol: str, spec: dict):
@@ -122,14 +119,13 @@ class CudaTarget(GpuTarget):
     arch: str = "sm_80"
     hopper_mode: str = "ptx-jit"
     kernels: str = "auto"
-    conv: str = "direct"
 
     kind: ClassVar[str] = "cuda"
     driver: ClassVar[str] = "cuda"
     default_arch: ClassVar[str] = "sm_80"
     archs: ClassVar[tuple[str, ...]] = ARCHS
     aliases: ClassVar[dict[str, str]] = PRODUCTS
-    choices: ClassVar[dict[str, tuple[str, ...]]] = {"hopper_mode": HOPPER_MODES, "kernels": KERNEL_MODES, "conv": CONV_MODES}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"hopper_mode": HOPPER_MODES, "kernels": KERNEL_MODES}
     needs: ClassVar[str] = "an NVIDIA GPU (Ampere or newer) and its CUDA driver"
 
     def __post_init__(self):
@@ -142,7 +138,7 @@ class CudaTarget(GpuTarget):
 
     @property
     def stages(self):
-        return KERNEL_STAGES if self.uses_kernels else DEFAULT_STAGES
+        return KERNEL_STAGES if self.uses_kernels else CUDA_STAGES
 
     @property
     def uses_kernels(self) -> bool:
@@ -154,7 +150,7 @@ class CudaTarget(GpuTarget):
 
     def iree_flags(self) -> list[str]:
         # IREE's default is O0; the target's opt level (O3 unless asked) is what makes it fast.
-        return [*self._device_flags(), *CONV_FLAGS[self.conv], f"--iree-opt-level=O{self.opt_level}"]
+        return [*self._device_flags(), f"--iree-opt-level=O{self.opt_level}"]
 
     def _device_flags(self) -> list[str]:
         if self.arch == "sm_90":

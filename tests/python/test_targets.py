@@ -30,7 +30,6 @@ from cuvil_mlir.targets.vulkan import VulkanTarget
 
 GPU_KINDS = {"cuda": CudaTarget, "rocm": RocmTarget, "vulkan": VulkanTarget}
 TARGET_DESCRIPTION = "{hopper-mode=target-description}"
-NO_IGEMM = "--iree-codegen-llvmgpu-use-igemm=false"  # conv=direct, the cuda default (issue 16)
 
 # --- parsing -----------------------------------------------------------------------------
 
@@ -115,10 +114,6 @@ def test_unknown_arch_lists_the_valid_ones(spec, listed):
     ("cuda:h200{hopper_mode=ptx-jit}", "unknown option 'hopper_mode=ptx-jit'; cuda options: hopper-mode=<ptx-jit|target-description>"),
     ("cuda:h200{hopper-mode}", "malformed option 'hopper-mode'"),
     ("cuda:sm_86{hopper-mode=target-description}", "hopper-mode applies to sm_90"),
-    ("cuda:h200{conv=winograd}", "target 'cuda:h200{conv=winograd}': conv=winograd is not one of direct, igemm"),
-    ("cuda{conv=}", "malformed option 'conv='"),
-    ("rocm{conv=igemm}", "unknown option 'conv=igemm'; rocm options: none"),
-    ("vulkan{conv=direct}", "unknown option 'conv=direct'; vulkan options"),
     ("rocm{hopper-mode=ptx-jit}", "unknown option .*rocm options: none"),
     ("cpu{stack-allocation-limit=big}", "option stack-allocation-limit=big is not an int"),
     ("cuda:h200{hopper-mode=ptx-jit", "unknown target"),
@@ -145,7 +140,7 @@ def test_targets_are_frozen():
     assert hash(t) == hash(parse_target("cuda:h200"))
 
 
-CACHE_SPECS = ["cuda:sm_86", "cuda:h200", f"cuda:h200{TARGET_DESCRIPTION}", "cuda:h200{conv=igemm}", "cuda:h100", "rocm:gfx942", "rocm:mi300x", "vulkan", "vulkan:ampere"]
+CACHE_SPECS = ["cuda:sm_86", "cuda:h200", f"cuda:h200{TARGET_DESCRIPTION}", "cuda:h100", "rocm:gfx942", "rocm:mi300x", "vulkan", "vulkan:ampere"]
 
 
 def test_cache_keys_differ_across_names_options_and_opt_levels():
@@ -180,18 +175,16 @@ def test_describe_targets():
         assert d["driver"] == KINDS[kind].driver and d["needs"] and d["archs"]
         assert d["default"] in d["archs"]
         assert set(d["aliases"].values()) <= set(d["archs"])
-    assert described["cuda"]["options"] == {"hopper-mode": ["ptx-jit", "target-description"], "kernels": ["auto", "off"],
-                                            "conv": ["direct", "igemm"]}
+    assert described["cuda"]["options"] == {"hopper-mode": ["ptx-jit", "target-description"], "kernels": ["auto", "off"]}
     assert described["cuda"]["aliases"]["h200"] == "sm_90" and described["rocm"]["aliases"]["mi300x"] == "gfx942"
     assert described["cpu"]["options"] == {"stack-allocation-limit": [262144]}
 
 
 @pytest.mark.parametrize("spec, expected", [
-    ("cuda:sm_86", ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_86", NO_IGEMM, "--iree-opt-level=O3"]),
-    ("cuda:a100", ["--iree-hal-target-device=cuda", "--iree-cuda-target=a100", NO_IGEMM, "--iree-opt-level=O3"]),
-    ("cuda:l4", ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_89", NO_IGEMM, "--iree-opt-level=O3"]),  # IREE has no "l4"
-    ("cuda:h200", ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_89", NO_IGEMM, "--iree-opt-level=O3"]),  # ptx-jit
-    ("cuda:h200{conv=igemm}", ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_89", "--iree-opt-level=O3"]),
+    ("cuda:sm_86", ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_86", "--iree-opt-level=O3"]),
+    ("cuda:a100", ["--iree-hal-target-device=cuda", "--iree-cuda-target=a100", "--iree-opt-level=O3"]),
+    ("cuda:l4", ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_89", "--iree-opt-level=O3"]),  # IREE has no "l4"
+    ("cuda:h200", ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_89", "--iree-opt-level=O3"]),  # ptx-jit
     ("rocm:gfx942", ["--iree-hal-target-device=hip", "--iree-rocm-target=gfx942", "--iree-opt-level=O3"]),
     ("rocm:mi300x", ["--iree-hal-target-device=hip", "--iree-rocm-target=mi300x", "--iree-opt-level=O3"]),
     ("vulkan:ampere", ["--iree-hal-target-device=vulkan", "--iree-vulkan-target=ampere", "--iree-opt-level=O3"]),
@@ -207,26 +200,9 @@ def test_opt_level_reaches_the_flags():
         assert parse_target(spec, opt_level=0).iree_flags()[-1] == "--iree-opt-level=O0"
 
 
-@pytest.mark.parametrize("spec", ["cuda", "cuda:sm_86", "cuda:h200", f"cuda:h200{TARGET_DESCRIPTION}"])
-def test_conv_option(spec):
-    """conv=direct (the default) turns IREE's implicit-GEMM convolutions off; conv=igemm keeps
-    IREE's flags as they were; either way the device flags come first and the opt level last."""
-    direct, igemm = parse_target(spec), parse_target(spec.replace("}", ",conv=igemm}") if "{" in spec else spec + "{conv=igemm}")
-    assert direct.conv == "direct" and "conv" not in direct.options()  # the default is not written
-    assert igemm.conv == "igemm" and igemm.options()["conv"] == "igemm" and parse_target(igemm.spec) == igemm
-    assert direct.iree_flags() == [*igemm.iree_flags()[:-1], NO_IGEMM, igemm.iree_flags()[-1]]
-    assert direct.cache_key() != igemm.cache_key()
-    assert parse_target(spec.replace("}", ",conv=direct}") if "{" in spec else spec + "{conv=direct}") == direct
-
-
-def test_conv_option_leaves_other_kinds_alone():
-    for spec in ("cpu", "vmvx", "rocm", "rocm:mi300x", "vulkan", "vulkan:ampere"):
-        assert not any("igemm" in f for f in parse_target(spec).iree_flags()), spec
-
-
 def test_hopper_target_description():
-    device, conv, opt = parse_target(f"cuda:h200{TARGET_DESCRIPTION}").iree_flags()
-    assert conv == NO_IGEMM and opt == "--iree-opt-level=O3"
+    device, opt = parse_target(f"cuda:h200{TARGET_DESCRIPTION}").iree_flags()
+    assert opt == "--iree-opt-level=O3"
     assert device.startswith('--iree-hal-target-device=#hal.device.target<"cuda", [#hal.executable.target<"cuda", "cuda-nvptx-fb"')
     for part in ('arch = "sm_90"', "max_workgroup_memory_bytes = 232448", "wgp_count = 132", 'sku = "h200"',
                  "<NV_MMA_SYNC_F32_16x8x16_F16>", "subgroup_size_choices = [32]"):
