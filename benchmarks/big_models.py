@@ -2,7 +2,7 @@
 
     python benchmarks/big_models.py build --out .gpu/big                 # here: compile everything (cuda:h200)
     python benchmarks/big_models.py build --out /tmp/dry --dry-run       # a CPU-target, small-size copy to try `device` here
-    python benchmarks/big_models.py build --only onnx-resnet18 --variant 'fp16-igemm=fp16@cuda:h200{conv=igemm}' ...
+    python benchmarks/big_models.py build --only onnx-resnet18 --variant 'fp16-td=fp16@cuda:h200{hopper-mode=target-description}' ...
     python benchmarks/big_models.py device .gpu/big --out $OUT --deadline 420   # there (.gpu/big/run.sh)
     python benchmarks/big_models.py report DIR --date 2026-12-05          # DIR: the files that came back
 
@@ -279,7 +279,7 @@ def build_onnx(name: str, target: str, out: Path, precisions=("fp32",), variants
 
 
 def parse_variants(specs: list[str]) -> dict[str, tuple[str, str]]:
-    """``["fp16-igemm=fp16@cuda:h200{conv=igemm}", ...]`` -> {name: (precision, target)}. The
+    """``["fp16-td=fp16@cuda:h200{hopper-mode=target-description}", ...]`` -> {name: (precision, target)}. The
     name is up to the first ``=`` (a policy or a target may hold more), the precision up to ``@``."""
     out = {}
     for spec in specs:
@@ -621,7 +621,7 @@ def main() -> int:
     b.add_argument("--stubs", action="store_true", help="compile every Llama from stub weights (as llama-8b always is)")
     b.add_argument("--variant", action="append", metavar="NAME=PRECISION@TARGET",
                    help="ONNX cases: compile this variant (repeatable; replaces the default fp32/fp16 for --target), "
-                        "e.g. 'fp16-igemm=fp16@cuda:h200{conv=igemm}'")
+                        "e.g. 'fp16-td=fp16@cuda:h200{hopper-mode=target-description}'")
     d = sub.add_parser("device")
     d.add_argument("folder")
     d.add_argument("--out", required=True)
