@@ -1,6 +1,5 @@
 """Pass ``gather-strided-1x1-conv``: a strided 1x1 convolution becomes a gather of the input pixels
-it reads and a 1x1 convolution of stride 1 (the cuda targets' workaround for
-issue 16)::
+it reads and a 1x1 convolution of stride 1 (the cuda targets' workaround for issue 16)::
 
     %y = "cuvil.conv2d"(%x, %w, %b) {stride = [2, 2], padding = [0, 0], groups = 1, activation = "relu"}
         : ([1,32,16,16], [64,32,1,1], [64]) -> [1,64,8,8]
@@ -14,12 +13,13 @@ Exact, in every dtype: a 1x1 kernel without padding reads input pixel (s*i, s*j)
 (i, j), and nothing else; dilation does not matter with one tap. Why: IREE 3.13's CUDA MMA
 codegen computes some fp16 1x1 stride-2 convolutions wrong (ResNet-18's downsample convs
 c32->64 at 16x16 and c64->128 at 8x8: rel. L2 0.65-0.68 on the H200, with or without implicit
-GEMM; only without MMA intrinsics right), while 1x1 stride-1 convolutions are right
-(docs/known-issues.md). IREE compiles a strided 1x1 conv as a matmul whose input is a strided
-load (``dispatch.tensor.load ... strides = [1, 2, 2]``); the gather is a dispatch of its own
-that writes the picked pixels contiguously, so the matmul's load has stride 1 (checked in
-IREE's executable sources for cuda). ``x[:, :, ::2, ::2]`` as ``aten.slice.Tensor`` steps would
-not do: IREE folds them into the matmul's load, and the dispatch is the strided one again.
+GEMM; only without MMA intrinsics right; docs/known-issues.md). IREE compiles a strided 1x1
+conv as a matmul whose input is a strided load (``dispatch.tensor.load ... strides = [1, 2, 2]``);
+the gather is a dispatch of its own that writes the picked pixels contiguously, so the matmul's
+load has stride 1 (checked in IREE's executable sources for cuda): the dispatch of a 1x1
+stride-1 conv. On the GPU: benchmarks/gpu/conv_fp16.py. ``x[:, :, ::2, ::2]`` as
+``aten.slice.Tensor`` steps would not do: IREE folds them into the matmul's load, and the
+dispatch is the strided one again.
 
 Not rewritten: padding (the padded border is read), kernels other than 1x1, groups other than 1
 (the bug was measured on groups = 1 only), dynamic channels, height or width (the indices are
