@@ -2,6 +2,7 @@
 
     python benchmarks/big_models.py build --out .gpu/big                 # here: compile everything (cuda:h200)
     python benchmarks/big_models.py build --out /tmp/dry --dry-run       # a CPU-target, small-size copy to try `device` here
+    python benchmarks/big_models.py build --only onnx-resnet18 --variant 'fp16-td=fp16@cuda:h200{hopper-mode=target-description}' ...
     python benchmarks/big_models.py device .gpu/big --out $OUT --deadline 420   # there (.gpu/big/run.sh)
     python benchmarks/big_models.py report DIR --date 2026-12-05          # DIR: the files that came back
 
@@ -228,7 +229,9 @@ def build_llama(name: str, target: str, out: Path, stubs: bool = False) -> dict:
     return case
 
 
-def build_onnx(name: str, target: str, out: Path, precisions=("fp32",)) -> dict:
+def build_onnx(name: str, target: str, out: Path, precisions=("fp32",), variants: dict | None = None) -> dict:
+    """``variants``: name -> (precision, target), each compiled to ``<name>.cuvilpkg``; by default
+    one per precision, named after it, for ``target``."""
     import numpy as np
     import torch
 
@@ -257,20 +260,35 @@ def build_onnx(name: str, target: str, out: Path, precisions=("fp32",)) -> dict:
             "fused_ops_differ": {k: {"onnx": ops_onnx.get(k, 0), "torch.export": ops_torch.get(k, 0)}
                                  for k in sorted(set(ops_onnx) | set(ops_torch)) if ops_onnx.get(k, 0) != ops_torch.get(k, 0)},
             "variants": {}}
-    for precision in precisions:
+    for variant, (precision, variant_target) in (variants or {p: (p, target) for p in precisions}).items():
         start = time.perf_counter()
+        built = case["variants"][variant] = {"precision": precision, "target": variant_target}
         try:
-            compiled = cuvil_mlir.compile(str(path), target=target, precision=precision, params="inline")
+            compiled = cuvil_mlir.compile(str(path), target=variant_target, precision=precision, params="inline")
         except Exception as e:  # recorded: the device side skips it
-            case["variants"][precision] = {"error": f"{type(e).__name__}: {str(e)[:2000]}"}
+            built["error"] = f"{type(e).__name__}: {str(e)[:2000]}"
             continue
-        compiled.save(folder / f"{precision}.cuvilpkg")
-        case["variants"][precision] = {"compile_s": round(time.perf_counter() - start, 1), "patterns_fired": compiled.patterns_fired,
-                                       "package_mib": round((folder / f"{precision}.cuvilpkg").stat().st_size / 2**20, 2)}
+        compiled.save(folder / f"{variant}.cuvilpkg")
+        built.update({"compile_s": round(time.perf_counter() - start, 1), "patterns_fired": compiled.patterns_fired,
+                      "iree_flags": list(compiled.modules[0].iree_flags),
+                      "package_mib": round((folder / f"{variant}.cuvilpkg").stat().st_size / 2**20, 2)})
     path.unlink()  # the modules and .npy files are what travels (torch.onnx may write the weights beside)
     path.with_name(path.name + ".data").unlink(missing_ok=True)
     (folder / "case.json").write_text(json.dumps(case, indent=1))
     return case
+
+
+def parse_variants(specs: list[str]) -> dict[str, tuple[str, str]]:
+    """``["fp16-td=fp16@cuda:h200{hopper-mode=target-description}", ...]`` -> {name: (precision, target)}. The
+    name is up to the first ``=`` (a policy or a target may hold more), the precision up to ``@``."""
+    out = {}
+    for spec in specs:
+        name, _, rest = spec.partition("=")
+        precision, _, target = rest.partition("@")
+        if not name or not precision or not target or name in out:
+            raise SystemExit(f"bad or repeated --variant '{spec}' (expected NAME=PRECISION@TARGET, names distinct)")
+        out[name] = (precision, target)
+    return out
 
 
 def build(a) -> int:
@@ -278,6 +296,7 @@ def build(a) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     target = "cpu" if a.dry_run else a.target
+    variants = parse_variants(a.variant) if a.variant else None
     names = a.only.split(",") if a.only else (["llama-dry"] if a.dry_run else ["llama-1b"]) + [f"onnx-{m}" for m in ONNX_MODELS]
     failed = 0
     for name in names:
@@ -285,7 +304,7 @@ def build(a) -> int:
         try:
             if name.startswith("onnx-"):
                 m = name.removeprefix("onnx-")
-                case = build_onnx(m, target, out, ("fp32", "fp16") if m in ONNX_FP16 else ("fp32",))
+                case = build_onnx(m, target, out, ("fp32", "fp16") if m in ONNX_FP16 else ("fp32",), variants=variants)
             else:
                 case = build_llama(name, target, out, stubs=a.stubs)
             print(json.dumps({k: v for k, v in case.items() if k not in ("patterns_fired", "fused_ops", "variants")}), flush=True)
@@ -456,14 +475,15 @@ def device_onnx(folder: Path, case: dict, r: Results, torch_device: str) -> None
     row = r.data["cases"].setdefault(f"onnx-{case['name']}", {"kind": "onnx", "build": case, "variants": {}})
     arrays = [np.load(folder / f"input_{i}.npy") for i in range(len(case["inputs"]))]
     ref_ort, ref_torch = np.load(folder / "ref_ort.npy"), np.load(folder / "ref_torch.npy")
-    for precision, built in case["variants"].items():
+    for variant, built in case["variants"].items():
+        precision = built.get("precision", variant)  # cases built before --variant are named by their precision
         if "error" in built or r.left() < 20:
-            row["variants"][precision] = {"skipped": built.get("error") or f"{r.left():.0f} s left"}
+            row["variants"][variant] = {"skipped": built.get("error") or f"{r.left():.0f} s left"}
             continue
-        out = row["variants"].setdefault(precision, {})
+        out = row["variants"].setdefault(variant, {})
         try:
             t = time.perf_counter()
-            compiled = cuvil_mlir.load(folder / f"{precision}.cuvilpkg")
+            compiled = cuvil_mlir.load(folder / f"{variant}.cuvilpkg")
             out["load_s"], out["active_target"] = round(time.perf_counter() - t, 2), compiled.active_target
             res = compiled(*arrays)
             got = np.asarray(res[0] if isinstance(res, (tuple, list)) else res)
@@ -474,7 +494,7 @@ def device_onnx(folder: Path, case: dict, r: Results, torch_device: str) -> None
         except Exception as ex:
             out["error"] = f"{type(ex).__name__}: {str(ex)[:1500]}"
         r.save()
-        print(f"  {precision}: {json.dumps({k: out.get(k) for k in ('ok', 'active_target', 'error')})}", flush=True)
+        print(f"  {variant}: {json.dumps({k: out.get(k) for k in ('ok', 'active_target', 'error')})}", flush=True)
 
 
 def device(a) -> int:
@@ -599,6 +619,9 @@ def main() -> int:
     b.add_argument("--only", help="comma-separated case names (llama-1b, llama-8b, onnx-gpt2, ...)")
     b.add_argument("--dry-run", action="store_true", help="CPU target, llama-dry: to try `device` on this machine")
     b.add_argument("--stubs", action="store_true", help="compile every Llama from stub weights (as llama-8b always is)")
+    b.add_argument("--variant", action="append", metavar="NAME=PRECISION@TARGET",
+                   help="ONNX cases: compile this variant (repeatable; replaces the default fp32/fp16 for --target), "
+                        "e.g. 'fp16-td=fp16@cuda:h200{hopper-mode=target-description}'")
     d = sub.add_parser("device")
     d.add_argument("folder")
     d.add_argument("--out", required=True)

@@ -43,15 +43,19 @@ HOPPER_MODES = ("ptx-jit", "target-description")
 KERNEL_MODES = ("auto", "off")
 KERNEL_ARCHS = ("sm_90",)
 KERNEL_PASS = "lower-cuvil-to-kernels{arch=sm_90}"
+# Every cuda arch: IREE 3.13's CUDA MMA codegen computes some fp16 1x1 stride-2 convolutions
+# wrong (issue 16, docs/known-issues.md); this pass makes them strided slices + 1x1 stride-1 convs.
+CONV_WORKAROUND_PASS = "gather-strided-1x1-conv"
 
 
-def _with_kernels(stages):
-    """The stages with lower-cuvil-to-kernels first in the lowering stage (it claims the
-    cuvil.linear ops the kernels cover; lower-cuvil-to-torch lowers the rest)."""
-    return tuple((name, (KERNEL_PASS, *passes) if name == Stage.LOWERED else passes) for name, passes in stages)
+def _lowering_first(stages, *first):
+    """The stages with ``first`` at the start of the lowering stage (before lower-cuvil-to-torch:
+    they rewrite or claim Cuvil ops; lower-cuvil-to-torch lowers the rest)."""
+    return tuple((name, (*first, *passes) if name == Stage.LOWERED else passes) for name, passes in stages)
 
 
-KERNEL_STAGES = _with_kernels(DEFAULT_STAGES)
+CUDA_STAGES = _lowering_first(DEFAULT_STAGES, CONV_WORKAROUND_PASS)
+KERNEL_STAGES = _lowering_first(DEFAULT_STAGES, CONV_WORKAROUND_PASS, KERNEL_PASS)
 
 
 def materialize_kernel(symbol: str, spec: dict):
@@ -134,7 +138,7 @@ class CudaTarget(GpuTarget):
 
     @property
     def stages(self):
-        return KERNEL_STAGES if self.uses_kernels else DEFAULT_STAGES
+        return KERNEL_STAGES if self.uses_kernels else CUDA_STAGES
 
     @property
     def uses_kernels(self) -> bool:

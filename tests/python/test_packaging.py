@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # source folder -> where its modules live in the wheel (read from pyproject.toml's package-dir)
 MAPPED = {folder: package.replace(".", "/") for folder, package in package_dirs().items()}
 FLAT = ("dialects", "targets")  # one module per dialect / target
-STAGE_FOLDERS = ("raising", "fusion", "precision", "kernels", "to_torch")  # lowering/: one folder per stage, each flat
+STAGE_FOLDERS = ("raising", "fusion", "precision", "kernels", "workarounds", "to_torch")  # lowering/: one folder per stage, each flat
 SCRIPTS = {"cuvil": "cuvil_mlir.cli:main", "cuvil-opt": "cuvil_mlir.cli.opt:main"}
 
 # what a copy of the tree leaves out (.gitignore's build outputs and artifacts)
