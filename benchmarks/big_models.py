@@ -129,54 +129,13 @@ def input_ids(name: str, batch: int = 1):
 
 
 def resnet18(batch: int = 1, size: int = 64, classes: int = 100, width: int = 32):
-    """torchvision's ResNet-18 layout (BasicBlock x [2, 2, 2, 2], 7x7 stem, max pool, 1x1
-    downsample convs with BN, global average pool, fc), written here; ``width`` channels in the
-    first stage (torchvision: 64), doubling per stage. At 32 (2.8M parameters) its fp32 and fp16
-    packages (weights inline: ONNX models have no external parameters yet) fit the device trip."""
-    import torch
-    from torch import nn
+    """torchvision's ResNet-18 layout (examples/models.py ResNet, BasicBlock x [2, 2, 2, 2]) with
+    ``width`` channels in the first stage (torchvision: 64), doubling per stage. At 32 (2.8M
+    parameters) its fp32 and fp16 packages (weights inline: ONNX models have no external
+    parameters yet) fit the device trip."""
+    import models
 
-    class Basic(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1, self.bn1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
-            self.conv2, self.bn2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
-            self.relu = nn.ReLU(inplace=True)
-            self.downsample = None
-            if stride != 1 or cin != cout:
-                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            y = self.relu(self.bn1(self.conv1(x)))
-            y = self.bn2(self.conv2(y))
-            return self.relu(y + (x if self.downsample is None else self.downsample(x)))
-
-    class ResNet18(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv1, self.bn1 = nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width)
-            self.relu, self.maxpool = nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)
-            widths, layers, cin = (width, 2 * width, 4 * width, 8 * width), [], width
-            for i, w in enumerate(widths):
-                layers.append(nn.Sequential(Basic(cin, w, 1 if i == 0 else 2), Basic(w, w, 1)))
-                cin = w
-            self.layer1, self.layer2, self.layer3, self.layer4 = layers
-            self.avgpool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(8 * width, classes)
-
-        def forward(self, x):
-            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-            return self.fc(torch.flatten(self.avgpool(x), 1))
-
-    torch.manual_seed(SEED)
-    model = ResNet18().eval()
-    with torch.no_grad():  # trained-looking BN statistics, so folding them changes something
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.2, 0.2)
-                m.running_var.uniform_(0.5, 1.5)
-                m.weight.uniform_(0.5, 1.5)
-    return model, (torch.randn(batch, 3, size, size),)
+    return models.resnet(batch, size, width, (2, 2, 2, 2), classes, seed=SEED)
 
 
 def onnx_model(name: str):

@@ -59,6 +59,60 @@ class TransformerBlock(nn.Module):
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
 
+class BasicBlock(nn.Module):
+    """torchvision's BasicBlock: two 3x3 conv + BN, the shortcut a 1x1 conv + BN where the block
+    changes stride or width (ResNet's downsample convs)."""
+
+    def __init__(self, c_in, c_out, stride):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out)
+        self.conv2, self.bn2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False), nn.BatchNorm2d(c_out)
+        self.downsample = None
+        if stride != 1 or c_in != c_out:
+            self.downsample = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet(nn.Module):
+    """torchvision's ResNet layout with BasicBlocks: 7x7 stride-2 stem + BN + ReLU + max pool,
+    four stages of ``blocks`` blocks (``width`` channels, doubling per stage, the first block of
+    stages 2-4 at stride 2), global average pool, fc. ResNet-18: blocks (2, 2, 2, 2), width 64."""
+
+    def __init__(self, width=64, blocks=(2, 2, 2, 2), classes=1000):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        stages, c_in = [], width
+        for i, (count, c_out) in enumerate(zip(blocks, (width, 2 * width, 4 * width, 8 * width))):
+            stages.append(nn.Sequential(*(BasicBlock(c_in if j == 0 else c_out, c_out, 2 if i > 0 and j == 0 else 1)
+                                          for j in range(count))))
+            c_in = c_out
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.fc = nn.Linear(8 * width, classes)
+
+    def forward(self, x):
+        x = self.maxpool(torch.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def resnet(batch=1, size=64, width=8, blocks=(1, 1, 1, 1), classes=10, seed=0):
+    """A ResNet (``ResNet``) with trained-looking BN statistics, so folding them changes something."""
+    torch.manual_seed(seed)
+    model = ResNet(width, blocks, classes).eval()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+    return model, (torch.randn(batch, 3, size, size),)
+
+
 def mlp(batch=8):
     torch.manual_seed(0)
     return MLP().eval(), (torch.randn(batch, 64),)

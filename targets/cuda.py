@@ -44,7 +44,8 @@ KERNEL_MODES = ("auto", "off")
 KERNEL_ARCHS = ("sm_90",)
 KERNEL_PASS = "lower-cuvil-to-kernels{arch=sm_90}"
 # Every cuda arch: IREE 3.13's CUDA MMA codegen computes some fp16 1x1 stride-2 convolutions
-# wrong (issue 16, docs/known-issues.md); this pass makes them strided slices + 1x1 stride-1 convs.
+# wrong (issue 16, docs/known-issues.md); this pass makes them a gather of the pixels they read
+# + a 1x1 stride-1 conv.
 CONV_WORKAROUND_PASS = "gather-strided-1x1-conv"
 
 

@@ -243,9 +243,11 @@ def _describe_signature(sig) -> str:
 
 def _describe_causal_lm(lm: dict) -> str:
     """compile_causal_lm's functions and sizes; a package written before prefill_first lists no
-    functions: it has prefill and decode (runtime/generation.py OLD_FUNCTIONS)."""
+    functions: it has prefill and decode."""
+    from cuvil_mlir.runtime.generation import OLD_FUNCTIONS
+
     functions = lm.get("functions")
-    names = ", ".join(functions) if functions else "prefill, decode (no prefill_first: every chunk runs prefill)"
+    names = ", ".join(functions) if functions else ", ".join(OLD_FUNCTIONS) + " (no prefill_first: every chunk runs prefill)"
     return (f"functions {names}; batch {lm.get('batch')}, max_seq_len {lm.get('max_seq_len')}, "
             f"prefill_len {lm.get('prefill_len')}")
 

@@ -58,7 +58,7 @@ call's ``[..., N]`` result viewed as ``[..., H, D]`` becomes ``slice(view(y, [..
 -2, a/D, b/D)`` ("slice by heads"). The same values; but IREE fuses a slice into its consumer
 only when no reshape stands between them, so the slice-then-view form cost a copy of q and k
 (a ``slow_memcpy`` dispatch each, a tenth of a Llama layer at 4096 tokens on an H100).
-Test: tests/lowering/lower-cuvil-to-kernels.mlir.
+Test: tests/lowering/kernels/lower-cuvil-to-kernels.mlir.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ from cuvil_mlir.core.diagnostics import module_path
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.passes import FunctionPass
 from cuvil_mlir.core.patterns import (
-    Firings, build, const_float, const_int, const_int_list, defining_op, erase_dead, has_one_use, info, torch_int,
-    torch_int_list, vtensor_type,
+    Firings, build, const_float, const_int, const_int_list, defining_op, erase_dead, has_one_use, info, num_uses,
+    torch_int, torch_int_list, vtensor_type,
 )
 from cuvil_mlir.dialects import cuvil
 from cuvil_mlir.lowering.common import CASTS, convert, fold
@@ -430,10 +430,6 @@ def _declare(module: ir.Module, op, spec: dict, symbol: str) -> None:
     return func
 
 
-def has_uses(value) -> bool:
-    return next(iter(value.uses), None) is not None
-
-
 def _head_slices(func, kernels: set[str]) -> list:
     """The ``slice(y, -1, start, end)`` ops of a kernel call's result y (through views) whose one
     use views the slice as heads ``[..., H, D]``, D dividing the offsets: q and k cut from a fused
@@ -456,7 +452,7 @@ def _head_slices(func, kernels: set[str]) -> list:
             continue
         view = next(iter(piece.result.uses)).owner
         heads = info(view.results[0]) if view.name in _VIEWS else None
-        if heads is None or not has_uses(view.results[0]) or list(heads.shape[:-2]) != list(out.shape[:-1]) or heads.shape[-2] * heads.shape[-1] != out.shape[-1]:
+        if heads is None or not num_uses(view.results[0]) or list(heads.shape[:-2]) != list(out.shape[:-1]) or heads.shape[-2] * heads.shape[-1] != out.shape[-1]:
             continue
         d = heads.shape[-1]
         if src.shape[-1] % d or start % d or min(end, src.shape[-1]) % d:
