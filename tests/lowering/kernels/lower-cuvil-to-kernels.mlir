@@ -316,3 +316,73 @@ func.func @slice_by_heads(%x: !torch.vtensor<[2,32,256],f16>, %w: !torch.vtensor
   %6 = torch.aten.view %5, %heads : !torch.vtensor<[2,32,256],f16>, !torch.list<int> -> !torch.vtensor<[2,32,4,64],f16>
   return %2, %4, %6 : !torch.vtensor<[2,32,4,64],f16>, !torch.vtensor<[2,32,4,64],f16>, !torch.vtensor<[2,32,4,64],f16>
 }
+
+// -----
+
+// A pre-norm folded into the linear that reads it: the call reads the norm's input x, the
+// weight carries the norm's weight (W·diag(g) = 0.5·2 = 1), and a layer norm's bias is [2N] f32:
+// b + W·beta (0.25 + 16·0.5·1 = 8.25), then the row sums of the folded weight (16). The norm
+// is gone from the program; the kernel function's body computes it (without its weights, in f32).
+// CHECK-LABEL: func.func @prenorm_layer
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,4,16],f16>
+// CHECK-NOT:     dense<5.000000e-01>
+// CHECK-DAG:     %[[W:[0-9]+]] = torch.vtensor.literal(dense<1.000000e+00> : tensor<8x16xf16>)
+// CHECK-DAG:     %[[B:[0-9]+]] = torch.vtensor.literal(dense<[8.250000e+00, 8.250000e+00, 8.250000e+00, 8.250000e+00, 8.250000e+00, 8.250000e+00, 8.250000e+00, 8.250000e+00, 1.600000e+01, 1.600000e+01, 1.600000e+01, 1.600000e+01, 1.600000e+01, 1.600000e+01, 1.600000e+01, 1.600000e+01]> : tensor<16xf32>)
+// CHECK:         %[[XF:[0-9]+]] = torch.aten.view %[[X]], %{{.+}} -> !torch.vtensor<[8,16],f16>
+// CHECK:         call @cuvil_kernel_linear_8x8x16_f16_layernorm_none_bias_f32(%[[XF]], %[[W]], %[[B]]) : (!torch.vtensor<[8,16],f16>, !torch.vtensor<[8,16],f16>, !torch.vtensor<[16],f32>) -> !torch.vtensor<[8,8],f16>
+// CHECK-NOT:     cuvil.norm
+// CHECK:       func.func private @cuvil_kernel_linear_8x8x16_f16_layernorm_none_bias_f32
+// CHECK-SAME:    cuvil.kernel_spec = {activation = "none", bias_dtype = "f32", dtype = "f16", has_bias = true, k = 16 : i64, m = 8 : i64, n = 8 : i64, norm = "layer", norm_eps = 1.000000e-05 : f64}
+// CHECK:         "cuvil.norm"(%{{.+}}) {eps = 1.000000e-05 : f64, kind = "layer", normalized_shape = array<i64: 16>, operandSegmentSizes = array<i32: 1, 0, 0>} : (!torch.vtensor<[8,16],f32>) -> !torch.vtensor<[8,16],f32>
+// CHECK:         torch.aten.slice.Tensor %arg2, %{{.+}} -> !torch.vtensor<[8],f32>
+// LOWERED-LABEL: func.func @prenorm_layer
+// LOWERED-NOT:   torch.aten.layer_norm
+// LOWERED:       func.func private @cuvil_kernel_linear_8x8x16_f16_layernorm_none_bias_f32
+// LOWERED:         torch.aten.layer_norm
+func.func @prenorm_layer(%x: !torch.vtensor<[2,4,16],f16>) -> !torch.vtensor<[2,4,8],f16> {
+  %g = torch.vtensor.literal(dense<2.0> : tensor<16xf16>) : !torch.vtensor<[16],f16>
+  %beta = torch.vtensor.literal(dense<1.0> : tensor<16xf16>) : !torch.vtensor<[16],f16>
+  %w = torch.vtensor.literal(dense<0.5> : tensor<8x16xf16>) : !torch.vtensor<[8,16],f16>
+  %b = torch.vtensor.literal(dense<0.25> : tensor<8xf16>) : !torch.vtensor<[8],f16>
+  %n = "cuvil.norm"(%x, %g, %beta) {eps = 1.000000e-05 : f64, kind = "layer", normalized_shape = array<i64: 16>, operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,4,16],f16>, !torch.vtensor<[16],f16>, !torch.vtensor<[16],f16>) -> !torch.vtensor<[2,4,16],f16>
+  %y = "cuvil.linear"(%n, %w, %b) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,4,16],f16>, !torch.vtensor<[8,16],f16>, !torch.vtensor<[8],f16>) -> !torch.vtensor<[2,4,8],f16>
+  return %y : !torch.vtensor<[2,4,8],f16>
+}
+
+// -----
+
+// The mixed-precision form: an RMS norm kept in f32, cast to f16 for the (gated) linear. The
+// call reads x cast to f16; an RMS norm needs no bias of its own.
+// CHECK-LABEL: func.func @prenorm_rms_f32
+// CHECK-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[8,16],f32>
+// CHECK:         %[[XH:[0-9]+]] = torch.prims.convert_element_type %[[X]], %{{.+}} -> !torch.vtensor<[8,16],f16>
+// CHECK:         call @cuvil_kernel_linear_8x16x16_f16_rmsnorm_swiglu(%[[XH]], %{{.+}}) : (!torch.vtensor<[8,16],f16>, !torch.vtensor<[16,16],f16>) -> !torch.vtensor<[8,8],f16>
+// CHECK-NOT:     cuvil.norm
+// CHECK:       func.func private @cuvil_kernel_linear_8x16x16_f16_rmsnorm_swiglu
+// CHECK-SAME:    norm = "rms", norm_eps = 9.9999999999999995E-7 : f64
+func.func @prenorm_rms_f32(%x: !torch.vtensor<[8,16],f32>) -> !torch.vtensor<[8,8],f16> {
+  %int5 = torch.constant.int 5
+  %g = torch.vtensor.literal(dense<3.0> : tensor<16xf32>) : !torch.vtensor<[16],f32>
+  %w = torch.vtensor.literal(dense<0.5> : tensor<16x16xf16>) : !torch.vtensor<[16,16],f16>
+  %n = "cuvil.norm"(%x, %g) {eps = 1.000000e-06 : f64, kind = "rms", normalized_shape = array<i64: 16>, operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[8,16],f32>, !torch.vtensor<[16],f32>) -> !torch.vtensor<[8,16],f32>
+  %h = torch.prims.convert_element_type %n, %int5 : !torch.vtensor<[8,16],f32>, !torch.int -> !torch.vtensor<[8,16],f16>
+  %y = "cuvil.linear"(%h, %w) {activation = "swiglu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[8,16],f16>, !torch.vtensor<[16,16],f16>) -> !torch.vtensor<[8,8],f16>
+  return %y : !torch.vtensor<[8,8],f16>
+}
+
+// -----
+
+// Not folded: a norm whose output has another use (BERT's post-norm feeds the residual too),
+// or whose weight is not a constant (nothing to fold it into).
+// CHECK-LABEL: func.func @prenorm_kept
+// CHECK-COUNT-2: "cuvil.norm"
+// CHECK:         call @cuvil_kernel_linear_8x8x16_f16_none(
+// CHECK:         call @cuvil_kernel_linear_8x8x16_f16_none(
+func.func @prenorm_kept(%x: !torch.vtensor<[8,16],f16>, %g: !torch.vtensor<[16],f16>) -> (!torch.vtensor<[8,8],f16>, !torch.vtensor<[8,16],f16>, !torch.vtensor<[8,8],f16>) {
+  %w = torch.vtensor.literal(dense<0.5> : tensor<8x16xf16>) : !torch.vtensor<[8,16],f16>
+  %n = "cuvil.norm"(%x) {eps = 1.000000e-05 : f64, kind = "layer", normalized_shape = array<i64: 16>, operandSegmentSizes = array<i32: 1, 0, 0>} : (!torch.vtensor<[8,16],f16>) -> !torch.vtensor<[8,16],f16>
+  %m = "cuvil.norm"(%x, %g) {eps = 1.000000e-05 : f64, kind = "rms", normalized_shape = array<i64: 16>, operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[8,16],f16>, !torch.vtensor<[16],f16>) -> !torch.vtensor<[8,16],f16>
+  %y = "cuvil.linear"(%n, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[8,16],f16>, !torch.vtensor<[8,16],f16>) -> !torch.vtensor<[8,8],f16>
+  %z = "cuvil.linear"(%m, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[8,16],f16>, !torch.vtensor<[8,16],f16>) -> !torch.vtensor<[8,8],f16>
+  return %y, %n, %z : !torch.vtensor<[8,8],f16>, !torch.vtensor<[8,16],f16>, !torch.vtensor<[8,8],f16>
+}
