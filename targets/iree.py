@@ -183,8 +183,6 @@ def _read_spec(iree_ir, attr) -> dict:
             out[named.name] = str(value) == "true"
         elif isinstance(value, iree_ir.IntegerAttr) or str(value).endswith(": i64"):
             out[named.name] = iree_ir.IntegerAttr(value).value
-        elif str(value).endswith(": f64"):
-            out[named.name] = iree_ir.FloatAttr(value).value
         else:
             out[named.name] = iree_ir.StringAttr(value).value
     return out

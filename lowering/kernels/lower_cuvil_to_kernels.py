@@ -659,10 +659,10 @@ def _run(module: ir.Module) -> Firings:
             trunc.erase()
         else:
             op.result.replace_all_uses_with(out)
-        bypassed = [defining_op(v) for v in op.operands] + [defining_op(before)]
+        bypassed = [defining_op(op.input)]
         op.operation.erase()
-        if folded is not None:  # the norm, the casts and views after it, the weights before folding
-            erase_dead(bypassed)
+        if folded is not None:  # the norm (and the casts and views after it) are dead now
+            erase_dead(bypassed + [defining_op(before)])
         name = ("linear" if wide is None else "linear (widened 16-bit)") + (f" + {spec['norm']} norm" if folded else "")
         fired.record(name + (" + residual" if residual else ""), loc)
     for op in attentions:

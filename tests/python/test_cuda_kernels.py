@@ -142,13 +142,10 @@ def test_dispatch_function_is_one_extern_dispatch_with_the_kernel_abi():
     assert f"tensor<{kb.scratch_bytes * kb.grid}xi8>" in text  # Triton's global scratch (TMA descriptors)
 
 
-LINEAR_CASES = [  # (m, n, k, activation, bias, residual, kind, folded norm): ragged tiles in M, F and K
-    (100, 96, 72, "gelu_tanh", True, True, "tiles", ""), (100, 96, 72, "gelu_tanh", True, True, "pointers", ""),
-    (70, 128, 64, "swiglu", False, True, "tiles", ""), (70, 128, 64, "swiglu", False, True, "pointers", ""),
-    (33, 64, 128, "none", False, False, "persistent", ""),
-    (100, 96, 72, "gelu_tanh", True, True, "tiles", "layer"), (100, 96, 72, "none", False, False, "pointers", "layer"),
-    (70, 128, 80, "swiglu", False, False, "pointers", "layer"), (70, 128, 64, "swiglu", False, True, "tiles", "rms"),
-    (33, 64, 128, "none", False, False, "persistent", "rms"),
+LINEAR_CASES = [  # (m, n, k, activation, bias, residual, kind): ragged tiles in M, F and K
+    (100, 96, 72, "gelu_tanh", True, True, "tiles"), (100, 96, 72, "gelu_tanh", True, True, "pointers"),
+    (70, 128, 64, "swiglu", False, True, "tiles"), (70, 128, 64, "swiglu", False, True, "pointers"),
+    (33, 64, 128, "none", False, False, "persistent"),
 ]
 
 _INTERPRET_LINEAR = """
@@ -168,34 +165,25 @@ for kernel in ck._kernel().values():
 triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8))
 act = {"none": lambda v: v, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}
 torch.manual_seed(0)
-for m, n, k, activation, bias, residual, kind, norm in CASES:
-    spec = ck.LinearSpec(m, n, k, "f16", activation, bias or norm == "layer", "f32" if norm == "layer" else "", residual, norm, 1e-5)
+for m, n, k, activation, bias, residual, kind in CASES:
+    spec = ck.LinearSpec(m, n, k, "f16", activation, bias, "", residual)
     config = ck.TileConfig(64, 32, 32, 4, 2, kind=kind)
     x, w = torch.randn(m, k).half(), (torch.randn(n, k) / k ** 0.5).half()
     b, r = torch.randn(n).half(), torch.randn(m, spec.out_features).half()
     y = torch.zeros(m, spec.out_features).half()
-    xn, wk, bk = x.float(), w, b
-    if norm:  # rows with a mean far from 0 (the variance must not cancel), norm weights folded into W
-        x = (torch.randn(m, k) * 3 + 40).half()
-        g, beta = torch.rand(k) + 0.5, torch.randn(k)
-        xn = F.layer_norm(x.float(), (k,), g, beta, 1e-5) if norm == "layer" else \
-            x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5) * g
-        wk = (w.float() * g).half()
-        if norm == "layer":
-            bk = torch.cat([(b.float() if bias else torch.zeros(n)) + w.float() @ beta, wk.float().sum(1)])
-    ck._kernel()[kind][(ck.grid_of(spec, config),)](x, wk, bk if spec.has_bias else x, r if residual else x, y, **ck.constexprs(spec, config))
-    z = xn @ w.float().T + (b.float() if bias else 0)
+    ck._kernel()[kind][(ck.grid_of(spec, config),)](x, w, b if bias else x, r if residual else x, y, **ck.constexprs(spec, config))
+    z = x.float() @ w.float().T + (b.float() if bias else 0)
     z = F.silu(z[:, :n // 2]) * z[:, n // 2:] if activation == "swiglu" else act[activation](z)
     ref = z + (r.float() if residual else 0)
-    print(m, n, k, activation, bias, residual, kind, norm, float((y.float() - ref).abs().max() / ref.abs().max()))
+    print(m, n, k, activation, bias, residual, kind, float((y.float() - ref).abs().max() / ref.abs().max()))
 """
 
 
 @needs_triton
 def test_kernel_numerics_in_the_triton_interpreter():
     """The linear kernel's source (TMA tiles, persistent, pointer loads) run by Triton's CPU
-    interpreter against torch in fp32: bias, activation, gating and the residual epilogue, a
-    folded layer or RMS norm (rows whose mean is 13x their spread), tiles that overhang M, F and K."""
+    interpreter against torch in fp32: bias, activation, gating and the residual epilogue, tiles
+    that overhang M, F and K."""
     import os
     import subprocess
     import sys
@@ -398,77 +386,6 @@ def test_kernel_functions_compute_what_the_ops_did(case):
     assert fired["lower-cuvil-to-kernels"] == expected
     np.testing.assert_array_equal(outs[0], outs[1])
     assert np.abs(outs[1]).max() > 0.5
-
-
-def _prenorm_models():
-    """HF GPT-2 (layer norms with biases) and Llama (RMS norms, Q/K/V and gate/up fused), two
-    layers each, norm weights away from 1 so that folding them shows."""
-    import models
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    gpt2 = models.LogitsOnly(GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=128, n_head=2, vocab_size=256, n_positions=64))).eval()
-    llama = models.LogitsOnly(LlamaForCausalLM(LlamaConfig(
-        hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256,
-        vocab_size=256, attn_implementation="sdpa", bos_token_id=0, eos_token_id=0))).eval()
-    llama_args = (torch.randint(0, 256, (1, 32)),)
-    for m in (gpt2, llama):
-        with torch.no_grad():
-            for p in m.parameters():
-                if p.ndim == 1:
-                    p.add_(torch.randn_like(p) * 0.3)
-    return [("gpt2", gpt2, (torch.randint(0, 256, (2, 32)),)), ("llama", llama, llama_args)]
-
-
-def test_folded_norms_compute_what_the_model_did():
-    """Every pre-norm of GPT-2 and Llama folded into the linear after it (the fp16 policy: norms
-    kept in f32, cast for the linear), computed by the kernel functions' own bodies on IREE's
-    CPU: within fp16's error of torch in fp32, as close as without the fold."""
-    import re
-
-    import numpy as np
-
-    from cuvil_mlir.compiler.context import make_context
-    from cuvil_mlir.compiler.pipeline import Options, compile_program
-    from cuvil_mlir.core.ir import parse_module
-    from cuvil_mlir.runtime.session import Session
-    from cuvil_mlir.targets import iree
-
-    cpu = parse_target("cpu")
-    for name, model, args in _prenorm_models():
-        with torch.no_grad():
-            ref = model(*args).float().numpy()
-        errors = {}
-        for disabled in ((), ("lower-cuvil-to-kernels",)):
-            emitted = compile_program(model, args, Options(target="cuda:h200", precision="fp16", disabled_passes=disabled),
-                                      emit="lowered", elide_weights=False)
-            main = emitted.text.split("func.func private")[0]
-            if not disabled:  # 2 layers x 2 norms + the final one, each folded; no norm left in the program
-                assert len(re.findall(r"call @cuvil_kernel_linear_\w+_(layer|rms)norm_", main)) == 5, name
-                assert "aten.layer_norm" not in main and "rsqrt" not in main, name
-            module = parse_module(emitted.text, make_context())
-            out = Session(iree.compile_to_vmfb(module, cpu.iree_flags()), cpu.driver).invoke("main", [a.numpy() for a in args])[0]
-            errors[disabled] = float(np.abs(out.astype(np.float32) - ref).max() / np.abs(ref).max())
-        assert errors[()] < 2e-3 and errors[()] < 2 * errors[("lower-cuvil-to-kernels",)], (name, errors)
-
-
-def test_folded_norm_weights_rebuild_from_their_recipes():
-    """Under external weights the folded ones are derived parameters with recipes (W·diag(g),
-    b + W·beta, row sums) that replay bit for bit from the model's own weights."""
-    import numpy as np
-
-    import cuvil_mlir
-    from cuvil_mlir.core import params
-
-    (_, model, args), (_, llama, llama_args) = _prenorm_models()
-    for m, a in ((model, args), (llama, llama_args)):
-        compiled = cuvil_mlir.compile(m, a, target="cuda:h200", precision="fp16", params="external")
-        entries = compiled.metadata["parameters"]["entries"]
-        folded = [k for k, e in entries.items() if "mul_cols" in json.dumps(e.get("recipe", {}))]
-        assert len(folded) >= 3, sorted(entries)
-        state = {k: params.torch_array(v) for k, v in m.state_dict().items()}
-        for key in folded:
-            assert np.array_equal(params.evaluate(entries[key]["recipe"], state.__getitem__), compiled.parameters.arrays[key]), key
 
 
 @needs_triton
