@@ -40,7 +40,6 @@ DTYPES = {"f16": "fp16", "bf16": "bf16"}
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "relu6")
 GATED = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh", "reglu": "relu"}
 _ACT_CODE = {name: i for i, name in enumerate(ACTIVATIONS)}
-NORMS = ("", "rms", "layer")  # a folded norm's code in the kernel: its index
 
 TRITON_VERSION = "3.9.0"
 # PTX ISA 8.7 and the ptxas of CUDA 12.9 that Triton bundles: drivers of CUDA 13.0 (the H200's
@@ -82,14 +81,6 @@ class LinearSpec:
     # a residual [M, F] (the kernel's dtype) added to the result in fp32 after the activation: the
     # `linear(x) + r` of a transformer's attention and MLP output projections, one dispatch
     has_residual: bool = False
-    # a norm of x folded in ("rms" | "layer"; "" none): the kernel reads the un-normalized x, sums
-    # each row (and its squares) as the A tiles stream through, and scales the accumulator by the
-    # row's 1/std in the epilogue; W's columns already carry the norm's weight. For "layer" the
-    # bias is [N] + [N] f32: the linear's bias with the norm's bias folded in, then the row sums
-    # of W (the mean's share: y = rstd * (x·Wᵀ - mean * rowsum(W)) + b). lower-cuvil-to-kernels
-    # folds the weights.
-    norm: str = ""
-    norm_eps: float = 0.0
 
     @property
     def bias_type(self) -> str:
@@ -209,70 +200,19 @@ def _kernel():
         return acc + tl.load(r_ptr + rm[:, None] * F + rn[None, :], mask=mask, other=0.0).to(tl.float32)
 
     @triton.jit
-    def _moments(a, kk, mean, m2, BK: tl.constexpr, K: tl.constexpr, NORM: tl.constexpr):
-        # a folded norm's row statistics, one K tile at a time: rms keeps the sum of squares (in
-        # m2); layer keeps the mean and the sum of squared deviations, merged tile by tile (Chan's
-        # update: no cancellation when the mean is large against the spread). Columns past K
-        # (TMA's zero fill, the pointer loads' mask) do not count.
-        af = a.to(tl.float32)
-        if NORM == 1:
-            m2 = m2 + tl.sum(af * af, axis=1)
-        else:
-            if K % BK == 0:
-                nb = BK * 1.0
-                tmean = tl.sum(af, axis=1) / nb
-                dev = af - tmean[:, None]
-            else:
-                inside = (kk * BK + tl.arange(0, BK))[None, :] < K
-                nb = tl.minimum(K - kk * BK, BK) * 1.0
-                tmean = tl.sum(af, axis=1) / nb
-                dev = tl.where(inside, af - tmean[:, None], 0.0)
-            seen = kk * BK * 1.0
-            total = seen + nb
-            delta = tmean - mean
-            mean = mean + delta * (nb / total)
-            m2 = m2 + tl.sum(dev * dev, axis=1) + delta * delta * (seen * nb / total)
-        return mean, m2
-
-    @triton.jit
-    def _normalize(acc, up, mean, m2, b_ptr, cols, N: tl.constexpr, K: tl.constexpr, F: tl.constexpr,
-                   NORM: tl.constexpr, EPS: tl.constexpr, GATED: tl.constexpr):
-        # the folded norm's epilogue: rstd * x·W'ᵀ (rms); rstd * (x·W'ᵀ - mean * rowsum(W')) (layer)
-        rstd = tl.math.rsqrt(m2 / K + EPS)
-        if NORM == 1:
-            acc = acc * rstd[:, None]
-            if GATED:
-                up = up * rstd[:, None]
-        else:
-            c = tl.load(b_ptr + N + cols, mask=cols < F, other=0.0).to(tl.float32)
-            acc = (acc - mean[:, None] * c[None, :]) * rstd[:, None]
-            if GATED:
-                cu = tl.load(b_ptr + N + F + cols, mask=cols < F, other=0.0).to(tl.float32)
-                up = (up - mean[:, None] * cu[None, :]) * rstd[:, None]
-        return acc, up
-
-    @triton.jit
-    def _tile(xd, wd, yd, b_ptr, r_ptr, y_ptr, om, on, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-              F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr,
-              HAS_RES: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr, SUBTILE: tl.constexpr,
-              NORM: tl.constexpr, EPS: tl.constexpr):
+    def _tile(xd, wd, yd, b_ptr, r_ptr, y_ptr, om, on, M: tl.constexpr, K: tl.constexpr, F: tl.constexpr,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
+              ACT: tl.constexpr, GATED: tl.constexpr, SUBTILE: tl.constexpr):
         # one [BM, BN] output tile at (om, on): TMA loads, wgmma (tl.dot) into fp32, the epilogue, a TMA store
         acc = tl.zeros((BM, BN), tl.float32)
-        up = acc
         if GATED:
             up = tl.zeros((BM, BN), tl.float32)
-        mean = tl.zeros((BM,), tl.float32)
-        m2 = tl.zeros((BM,), tl.float32)
         for kk in range(0, tl.cdiv(K, BK)):
             a = xd.load([om, kk * BK])
-            if NORM != 0:
-                mean, m2 = _moments(a, kk, mean, m2, BK, K, NORM)
             acc = tl.dot(a, wd.load([on, kk * BK]).T, acc)
             if GATED:
                 up = tl.dot(a, wd.load([F + on, kk * BK]).T, up)
         cols = on + tl.arange(0, BN)
-        if NORM != 0:
-            acc, up = _normalize(acc, up, mean, m2, b_ptr, cols, N, K, F, NORM, EPS, GATED)
         if HAS_BIAS:
             acc += tl.load(b_ptr + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
             if GATED:
@@ -294,7 +234,7 @@ def _kernel():
     def cuvil_linear(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                      F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                      GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr,
-                     GATED: tl.constexpr, SUBTILE: tl.constexpr, NORM: tl.constexpr, EPS: tl.constexpr):
+                     GATED: tl.constexpr, SUBTILE: tl.constexpr):
         # F: out features (N, or N // 2 gated). Programs are grouped along M for L2 reuse of W.
         xd = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
         wd = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
@@ -309,14 +249,13 @@ def _kernel():
         pn = (pid % width) // size
         om = pm * BM
         on = pn * BN
-        _tile(xd, wd, yd, b_ptr, r_ptr, y_ptr, om, on, M, N, K, F, BM, BN, BK, HAS_BIAS, HAS_RES, ACT, GATED, SUBTILE, NORM, EPS)
+        _tile(xd, wd, yd, b_ptr, r_ptr, y_ptr, om, on, M, K, F, BM, BN, BK, HAS_BIAS, HAS_RES, ACT, GATED, SUBTILE)
 
     @triton.jit
     def cuvil_linear_persistent(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                                 F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                                 GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr,
-                                GATED: tl.constexpr, PROGRAMS: tl.constexpr, WS: tl.constexpr, SUBTILE: tl.constexpr,
-                                NORM: tl.constexpr, EPS: tl.constexpr):
+                                GATED: tl.constexpr, PROGRAMS: tl.constexpr, WS: tl.constexpr, SUBTILE: tl.constexpr):
         xd = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
         wd = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
         yd = tl.make_tensor_descriptor(y_ptr, shape=[M, F], strides=[F, 1], block_shape=[BM, BN // (2 if SUBTILE else 1)])
@@ -328,14 +267,13 @@ def _kernel():
             size = min(num_m - first, GROUP)
             om = (first + (tile % width) % size) * BM
             on = ((tile % width) // size) * BN
-            _tile(xd, wd, yd, b_ptr, r_ptr, y_ptr, om, on, M, N, K, F, BM, BN, BK, HAS_BIAS, HAS_RES, ACT, GATED, SUBTILE,
-                  NORM, EPS)
+            _tile(xd, wd, yd, b_ptr, r_ptr, y_ptr, om, on, M, K, F, BM, BN, BK, HAS_BIAS, HAS_RES, ACT, GATED, SUBTILE)
 
     @triton.jit
     def cuvil_linear_pointers(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                               F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                               GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr,
-                              GATED: tl.constexpr, NORM: tl.constexpr, EPS: tl.constexpr):
+                              GATED: tl.constexpr):
         # pointer loads (cp.async pipelining) instead of TMA descriptors; rows past M or F read
         # a valid row (modulo) and are not stored; K past its end is masked only when ragged
         pid = tl.program_id(0)
@@ -352,11 +290,8 @@ def _kernel():
         xp = x_ptr + (rm % M)[:, None] * K + rk[None, :]
         wp = w_ptr + (rn % F)[:, None] * K + rk[None, :]
         acc = tl.zeros((BM, BN), tl.float32)
-        up = acc
         if GATED:
             up = tl.zeros((BM, BN), tl.float32)
-        mean = tl.zeros((BM,), tl.float32)
-        m2 = tl.zeros((BM,), tl.float32)
         for kk in range(0, tl.cdiv(K, BK)):
             if K % BK == 0:
                 a = tl.load(xp)
@@ -364,8 +299,6 @@ def _kernel():
             else:
                 a = tl.load(xp, mask=(kk * BK + rk)[None, :] < K, other=0.0)
                 b = tl.load(wp, mask=(kk * BK + rk)[None, :] < K, other=0.0)
-            if NORM != 0:
-                mean, m2 = _moments(a, kk, mean, m2, BK, K, NORM)
             acc = tl.dot(a, b.T, acc)
             if GATED:
                 if K % BK == 0:
@@ -375,8 +308,6 @@ def _kernel():
                 up = tl.dot(a, u.T, up)
             xp += BK
             wp += BK
-        if NORM != 0:
-            acc, up = _normalize(acc, up, mean, m2, b_ptr, rn, N, K, F, NORM, EPS, GATED)
         if HAS_BIAS:
             acc += tl.load(b_ptr + rn, mask=rn < F, other=0.0).to(tl.float32)[None, :]
             if GATED:
@@ -402,8 +333,7 @@ def kernel_name(spec: LinearSpec, config: TileConfig) -> str:
     digest = hashlib.sha256(repr((asdict(spec), asdict(config))).encode()).hexdigest()[:8]
     bias = "" if not spec.has_bias else "_bias" if spec.bias_type == spec.dtype else f"_bias_{spec.bias_type}"
     res = "_res" if spec.has_residual else ""
-    norm = f"_{spec.norm}norm" if spec.norm else ""
-    return f"cuvil_linear_{spec.m}x{spec.n}x{spec.k}_{spec.dtype}{norm}_{spec.activation}{bias}{res}_{config.key}_{digest}"
+    return f"cuvil_linear_{spec.m}x{spec.n}x{spec.k}_{spec.dtype}_{spec.activation}{bias}{res}_{config.key}_{digest}"
 
 
 def build_linear(spec: LinearSpec, config: TileConfig | None = None) -> KernelBinary:
@@ -459,8 +389,7 @@ def constexprs(spec: LinearSpec, config: TileConfig) -> dict:
     x, w, b, r, y)."""
     sizes = dict(M=spec.m, N=spec.n, K=spec.k, F=spec.out_features, BM=config.bm, BN=config.bn, BK=config.bk,
                  GROUP=config.group, HAS_BIAS=int(spec.has_bias), HAS_RES=int(spec.has_residual),
-                 ACT=_ACT_CODE[GATED.get(spec.activation, spec.activation)], GATED=int(spec.gated),
-                 NORM=NORMS.index(spec.norm), EPS=float(spec.norm_eps))
+                 ACT=_ACT_CODE[GATED.get(spec.activation, spec.activation)], GATED=int(spec.gated))
     if config.kind != "pointers":
         sizes["SUBTILE"] = int(config.subtile)
     if config.kind == "persistent":
@@ -527,7 +456,7 @@ def dispatch_function(symbol: str, kb: KernelBinary, *, embed: str = "cubin", to
     MAX_DYNAMIC_SHARED_SIZE_BYTES) from ``workgroup_local_memory``, so the kernels' >48 KiB of
     shared memory needs no opt-in of ours."""
     s, t = kb.spec, _MLIR_DTYPE[kb.spec.dtype]
-    shapes = {"x": [s.m, s.k], "w": [s.n, s.k], "b": [2 * s.n if s.norm == "layer" else s.n], "r": [s.m, s.out_features], "y": [s.m, s.out_features]}
+    shapes = {"x": [s.m, s.k], "w": [s.n, s.k], "b": [s.n], "r": [s.m, s.out_features], "y": [s.m, s.out_features]}
     dtypes = {"x": t, "w": t, "r": t, "y": t, "b": {"f32": "f32", **_MLIR_DTYPE}[s.bias_type]}
     builtin = {name: f"tensor<{'x'.join(map(str, d))}x{dtypes[name]}>" for name, d in shapes.items()}
     vtensor = {name: f"!torch.vtensor<[{','.join(map(str, d))}],{dtypes[name]}>" for name, d in shapes.items()}
@@ -600,7 +529,7 @@ def materialize(symbol: str, spec: dict) -> tuple[str | None, dict]:
     if reason:
         return None, {**record, "kernel": None, "why": reason}
     ls = LinearSpec(spec["m"], spec["n"], spec["k"], spec["dtype"], spec["activation"], spec["has_bias"], spec.get("bias_dtype", ""),
-                    spec.get("has_residual", False), spec.get("norm", ""), float(spec.get("norm_eps", 0.0)))
+                    spec.get("has_residual", False))
     try:
         config = select_config(ls)
         if config is None:

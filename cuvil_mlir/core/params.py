@@ -273,7 +273,7 @@ def describe(store: ParameterStore, used) -> dict:
 # ---------------------------------------------------------------------------------------
 # Recipes: how a derived weight is computed from parameters (JSON trees; None = unknown).
 
-RECIPE_OPS = ("param", "value", "concat", "cast", "transpose", "reshape", "rows", "zeros", "mul_cols", "row_sum", "add")
+RECIPE_OPS = ("param", "value", "concat", "cast", "transpose", "reshape", "rows", "zeros")
 
 
 def dtype_name(dtype) -> str:
@@ -319,21 +319,6 @@ def rows(recipe: dict | None, start: int, stop: int) -> dict | None:
     return None if recipe is None else {"op": "rows", "start": int(start), "stop": int(stop), "input": recipe}
 
 
-def mul_cols(matrix: dict | None, vector: dict | None) -> dict | None:
-    """``matrix[i, j] * vector[j]`` in float32 (a norm's scale folded into a weight's columns)."""
-    return None if matrix is None or vector is None else {"op": "mul_cols", "inputs": [matrix, vector]}
-
-
-def row_sum(recipe: dict | None) -> dict | None:
-    """The float32 sums of a 2-D array's rows (numpy's pairwise summation: the same bits anywhere)."""
-    return None if recipe is None else {"op": "row_sum", "input": recipe}
-
-
-def add(a: dict | None, b: dict | None) -> dict | None:
-    """``a + b`` in float32 (same shapes)."""
-    return None if a is None or b is None else {"op": "add", "inputs": [a, b]}
-
-
 def value(array: np.ndarray) -> dict:
     """A small constant's own bytes (one that stayed a literal, under MIN_PARAMETER_BYTES)."""
     import base64
@@ -369,9 +354,6 @@ def evaluate(recipe: dict, source) -> np.ndarray:
         return np.frombuffer(base64.b64decode(recipe["data"]), _numpy_dtype(recipe["dtype"])).reshape(recipe["shape"])
     if op == "concat":
         return np.concatenate([evaluate(r, source) for r in recipe["inputs"]], axis=recipe["axis"])
-    if op in ("mul_cols", "add"):
-        a, b = (np.asarray(evaluate(r, source), dtype=np.float32) for r in recipe["inputs"])
-        return a * b[None, :] if op == "mul_cols" else a + b
     if op not in RECIPE_OPS:
         raise ValueError(f"unknown parameter recipe op '{op}' (known: {', '.join(RECIPE_OPS)})")
     x = evaluate(recipe["input"], source)
@@ -381,8 +363,6 @@ def evaluate(recipe: dict, source) -> np.ndarray:
         return np.ascontiguousarray(x.T)
     if op == "reshape":
         return np.ascontiguousarray(x).reshape(recipe["shape"])
-    if op == "row_sum":
-        return np.asarray(x, dtype=np.float32).sum(axis=1, dtype=np.float32)
     return x[recipe["start"]:recipe["stop"]]  # rows
 
 

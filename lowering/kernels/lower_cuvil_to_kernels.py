@@ -70,17 +70,15 @@ from typing import Literal
 
 import numpy as np
 
-from cuvil_mlir.core import params
 from cuvil_mlir.core.diagnostics import module_path
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.passes import FunctionPass
 from cuvil_mlir.core.patterns import (
-    Firings, build, const_float, const_int, const_int_list, defining_op, erase_dead, has_one_use, info, literal, num_uses,
+    Firings, build, const_float, const_int, const_int_list, defining_op, erase_dead, has_one_use, info, num_uses,
     torch_int, torch_int_list, vtensor_type,
 )
-from cuvil_mlir.core.tensor_types import numpy_dtype
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.lowering.common import CASTS, constant_weight, constant_weight_recipe, convert, fold
+from cuvil_mlir.lowering.common import CASTS, convert, fold
 
 NAME = "lower-cuvil-to-kernels"
 KERNEL_ATTR = "cuvil.kernel"  # on the private function: which op it computes ("linear", "attention")
@@ -373,75 +371,10 @@ def residual_add(value, dtype: str):
     return None
 
 
-def norm_before(value, k: int, dtype: str):
-    """The cuvil.norm when ``value`` is, through single-use views (and the cast to ``dtype`` of
-    an f32 norm: the mixed-precision policies keep norms in f32), the one use of a norm over its
-    last dim K (``normalized_shape = [K]``): a transformer's pre-norm feeding its QKV or FFN
-    projection, which the kernel folds in. Its x is ``dtype`` or f32 (the call then reads x cast
-    to ``dtype``)."""
-    while has_one_use(value):
-        producer = defining_op(value, (*_VIEWS, *CASTS))
-        if producer is None:
-            break
-        if producer.operation.name in CASTS and not (info(value).dtype == dtype and info(producer.operands[0]).dtype == "f32"):
-            return None
-        value = producer.operands[0]
-    norm = defining_op(value, "cuvil.norm")
-    if norm is None or not has_one_use(value):
-        return None
-    x, y = info(norm.x), info(norm.result)
-    if list(ir.DenseI64ArrayAttr(norm.attributes["normalized_shape"])) != [k] or x.dtype not in (dtype, "f32") \
-            or y.dtype not in (dtype, "f32") or list(x.shape) != list(y.shape) or any(d < 0 for d in x.shape):
-        return None
-    return norm
-
-
-def _vector(value, n: int):
-    """(float32 array, recipe) of a constant 1-D weight of ``n`` (a norm's weight or bias, a
-    linear's bias), or None when it is not a readable constant."""
-    array = constant_weight(value)
-    if array is None or array.shape != (n,):
-        return None
-    return np.asarray(array, dtype=np.float32), params.cast(constant_weight_recipe(value), np.float32)
-
-
-def fold_norm(norm, weight, bias, spec: dict):
-    """The weights of a linear that reads the norm's input instead of its output: W' = W·diag(g)
-    (the kernel's dtype) and, for a layer norm, the [2N] f32 bias [b + W·beta, rowsum(W')]
-    (targets/cuda_kernels.py LinearSpec.norm), as new literals (derived parameters with their
-    recipes, under external weights) at the insertion point; None when a weight is not a
-    readable constant (nothing is built then)."""
-    n, k, dtype = spec["n"], spec["k"], spec["dtype"]
-    w = constant_weight(weight)
-    if w is None or w.shape != (n, k):
-        return None
-    w32, w_recipe = np.asarray(w, dtype=np.float32), params.cast(constant_weight_recipe(weight), np.float32)
-    ones = np.ones(k, np.float32)
-    g = _vector(norm.weight, k) if norm.weight is not None else (ones, params.value(ones))
-    if g is None:
-        return None
-    scaled = (w32 * g[0][None, :]).astype(numpy_dtype(dtype))
-    scaled_recipe = params.cast(params.mul_cols(w_recipe, g[1]), scaled.dtype)
-    if ir.StringAttr(norm.attributes["kind"]).value == "rms":
-        return literal(scaled, dtype=dtype, recipe=scaled_recipe), bias
-    b = _vector(bias, n) if bias is not None else (np.zeros(n, np.float32), params.zeros([n], np.float32))
-    beta = _vector(norm.bias, k) if norm.bias is not None else None
-    if b is None or (norm.bias is not None and beta is None):
-        return None
-    if beta is not None:
-        b = (b[0] + (w32 * beta[0][None, :]).sum(axis=1, dtype=np.float32),
-             params.add(b[1], params.row_sum(params.mul_cols(w_recipe, beta[1]))))
-    sums = np.asarray(scaled, dtype=np.float32).sum(axis=1, dtype=np.float32)
-    both = np.concatenate([b[0], sums]).astype(np.float32)
-    return (literal(scaled, dtype=dtype, recipe=scaled_recipe),
-            literal(both, dtype="f32", recipe=params.concat([b[1], params.row_sum(scaled_recipe)])))
-
-
 def symbol_of(spec: dict) -> str:
     bias = "" if not spec["has_bias"] else "_bias" if spec["bias_dtype"] == spec["dtype"] else f"_bias_{spec['bias_dtype']}"
     res = "_res" if spec["has_residual"] else ""
-    norm = f"_{spec['norm']}norm" if spec.get("norm") else ""
-    return f"cuvil_kernel_linear_{spec['m']}x{spec['n']}x{spec['k']}_{spec['dtype']}{norm}_{spec['activation']}{bias}{res}"
+    return f"cuvil_kernel_linear_{spec['m']}x{spec['n']}x{spec['k']}_{spec['dtype']}_{spec['activation']}{bias}{res}"
 
 
 def _spec_attr(spec: dict) -> ir.Attribute:
@@ -453,9 +386,6 @@ def _spec_attr(spec: dict) -> ir.Attribute:
     }
     if spec["has_residual"]:  # written only when there is one
         fields["has_residual"] = ir.BoolAttr.get(True)
-    if spec.get("norm"):  # likewise
-        fields["norm"] = ir.StringAttr.get(spec["norm"])
-        fields["norm_eps"] = ir.FloatAttr.get(ir.F64Type.get(), spec["norm_eps"])
     return ir.DictAttr.get(fields)
 
 
@@ -465,22 +395,18 @@ def read_spec(attr) -> dict:
     return {"m": ir.IntegerAttr(d["m"]).value, "n": ir.IntegerAttr(d["n"]).value, "k": ir.IntegerAttr(d["k"]).value,
             "dtype": ir.StringAttr(d["dtype"]).value, "activation": ir.StringAttr(d["activation"]).value,
             "has_bias": ir.BoolAttr(d["has_bias"]).value, "bias_dtype": ir.StringAttr(d["bias_dtype"]).value,
-            "has_residual": "has_residual" in d and ir.BoolAttr(d["has_residual"]).value,
-            "norm": ir.StringAttr(d["norm"]).value if "norm" in d else "",
-            "norm_eps": ir.FloatAttr(d["norm_eps"]).value if "norm_eps" in d else 0.0}
+            "has_residual": "has_residual" in d and ir.BoolAttr(d["has_residual"]).value}
 
 
-def _declare(module: ir.Module, op, spec: dict, symbol: str, bias) -> None:
+def _declare(module: ir.Module, op, spec: dict, symbol: str) -> None:
     """The private function computing one linear on [M, K] (its body: the cuvil.linear; for the
     widened form the casts around it too, and the residual add, so the body computes what the
-    program did; with a folded norm, the norm without its weights in f32, then the linear with
-    the folded ones). ``bias``: the call's bias operand (None: none)."""
+    program did)."""
     y, dtype = info(op.result), spec["dtype"]
     flat_x = vtensor_type([spec["m"], spec["k"]], dtype)
     flat_y = vtensor_type([spec["m"], y.shape[-1]], dtype)
     weight = vtensor_type(info(op.weight).shape, dtype)
-    bias_type = bias.type if bias is not None else None
-    inputs = [flat_x, weight] + ([bias_type] if spec["has_bias"] else []) + ([flat_y] if spec["has_residual"] else [])
+    inputs = [flat_x, weight] + ([op.bias.type] if op.bias is not None else []) + ([flat_y] if spec["has_residual"] else [])
     with ir.InsertionPoint(module.body), op.location:
         func = ir.Operation.create(
             "func.func", regions=1,
@@ -491,22 +417,12 @@ def _declare(module: ir.Module, op, spec: dict, symbol: str, bias) -> None:
         with ir.InsertionPoint(block):
             args = list(block.arguments)
             x, w = args[0], args[1]
-            b = args[2] if spec["has_bias"] else None
-            wide = spec["widened"] or bool(spec.get("norm"))
-            if wide:
+            if spec["widened"]:
                 x, w = convert(x, "f32"), convert(w, "f32")
-            if spec.get("norm"):
-                x = cuvil.norm(vtensor_type([spec["m"], spec["k"]], "f32"), x, kind=spec["norm"], eps=spec["norm_eps"],
-                               normalized_shape=[spec["k"]])
-                if spec["norm"] == "layer":  # [b', rowsum(W')]: the linear's bias is the first half
-                    b = build("torch.aten.slice.Tensor", [b, torch_int(0), torch_int(0), torch_int(spec["n"]), torch_int(1)],
-                              vtensor_type([spec["n"]], "f32"))
-                elif b is not None:
-                    b = convert(b, "f32")
-            wide_y = vtensor_type([spec["m"], y.shape[-1]], "f32") if wide else flat_y
-            result = cuvil.linear(wide_y, x, w, b, activation=spec["activation"])
+            wide_y = vtensor_type([spec["m"], y.shape[-1]], "f32") if spec["widened"] else flat_y
+            result = cuvil.linear(wide_y, x, w, args[2] if spec["has_bias"] else None, activation=spec["activation"])
             value = result.result if isinstance(result, ir.OpView) else result
-            if wide:
+            if spec["widened"]:
                 value = convert(value, dtype)
             if spec["has_residual"]:
                 value = build("torch.aten.add.Tensor", [value, args[-1], torch_int(1)], flat_y)
@@ -609,25 +525,9 @@ def _run(module: ir.Module) -> Firings:
         spec = spec_of(op, half)
         residual = residual_add(trunc.results[0] if trunc is not None else op.result, spec["dtype"])
         spec["has_residual"] = residual is not None
-        # widened: W back to 16 bits (it is the upcast of a 16-bit W: IREE folds the pair away)
-        weight, bias, before = op.weight, op.bias, x_value
-        prenorm = norm_before(x_value, spec["k"], spec["dtype"])
-        folded = None
-        if prenorm is not None:
-            with ir.InsertionPoint(op.operation), op.location:
-                folded = fold_norm(prenorm, op.weight, op.bias, spec)
-        if folded is not None:  # the call reads the norm's input; the weights carry the norm's
-            norm = prenorm
-            weight, bias, x_value = folded[0], folded[1], norm.x
-            if info(norm.x).dtype != spec["dtype"]:
-                with ir.InsertionPoint(op.operation), op.location:
-                    x_value = convert(norm.x, spec["dtype"])
-            spec.update(norm=ir.StringAttr(norm.attributes["kind"]).value, norm_eps=ir.FloatAttr(norm.attributes["eps"]).value)
-            if spec["norm"] == "layer":
-                spec.update(has_bias=True, bias_dtype="f32")
         symbol = symbol_of(spec)
         if symbol not in functions:
-            functions[symbol] = _declare(module, op, spec, symbol, bias)
+            functions[symbol] = _declare(module, op, spec, symbol)
         sites.setdefault(symbol, []).append(module_path(op.location))
         x, y = info(x_value), info(op.result)
         # with a residual the call goes where the add was (r may be computed after the linear)
@@ -635,9 +535,9 @@ def _run(module: ir.Module) -> Firings:
             flat_x = x_value
             if x.rank != 2:
                 flat_x = build("torch.aten.view", [x_value, torch_int_list([spec["m"], spec["k"]])], vtensor_type([spec["m"], spec["k"]], x.dtype))
-            if folded is None and wide is not None:
-                weight = convert(op.weight, half)
-            operands = [flat_x, weight] + ([bias] if bias is not None else [])
+            # widened: W back to 16 bits (it is the upcast of a 16-bit W: IREE folds the pair away)
+            weight = convert(op.weight, half) if wide is not None else op.weight
+            operands = [flat_x, weight] + ([op.bias] if op.bias is not None else [])
             flat_type = vtensor_type([spec["m"], y.shape[-1]], spec["dtype"])
             if residual:
                 r = residual[1]
@@ -659,12 +559,8 @@ def _run(module: ir.Module) -> Firings:
             trunc.erase()
         else:
             op.result.replace_all_uses_with(out)
-        bypassed = [defining_op(op.input)]
         op.operation.erase()
-        if folded is not None:  # the norm (and the casts and views after it) are dead now
-            erase_dead(bypassed + [defining_op(before)])
-        name = ("linear" if wide is None else "linear (widened 16-bit)") + (f" + {spec['norm']} norm" if folded else "")
-        fired.record(name + (" + residual" if residual else ""), loc)
+        fired.record(("linear" if wide is None else "linear (widened 16-bit)") + (" + residual" if residual else ""), loc)
     for op in attentions:
         reason = why_not_attention(op)
         if reason is not None:
