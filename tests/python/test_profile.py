@@ -288,6 +288,9 @@ def test_ncu_csv_is_grouped_per_kernel():
     groups = profile.ncu_groups(text)
     assert groups == {"main$async_dispatch_0_reduction_128x768_f16": (2, 4000.0),
                       "main$async_dispatch_1_matmul_like_128x2304x768_f16xf16xf32": (1, 5500.0)}
+    # a module initializer's dispatch (load time: a weight transpose) caught in the window is not per-call time
+    loaded = {**groups, "_initializer_7_dispatch_0_transpose_768x3072_f16": (3, 900.0)}
+    assert profile.calls_only(loaded) == groups
 
 
 def test_join_matches_cuda_kernel_names_to_exports():
