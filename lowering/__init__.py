@@ -4,7 +4,7 @@
     fusion/       Cuvil ops -> fused Cuvil ops     (fuse-*)
     precision/    the precision policies' passes   (demote-precision, quantize-*, narrow-io)
     workarounds/  Cuvil ops rewritten around a backend's bug, for the targets that have it
-                  (gather-strided-1x1-conv: cuda)
+                  (conv1x1-as-linear: cuda with sm_90 kernels)
     kernels/      Cuvil ops a target runs on its own kernels (lower-cuvil-to-kernels: cuda sm_90)
     to_torch/     Cuvil ops -> torch ops, checked  (lower-cuvil-to-torch, verify-no-cuvil)
 
@@ -20,7 +20,7 @@ from .raising import raise_pt2e_quant, raise_torch_to_cuvil
 from .fusion import fuse_attention, fuse_conv_bn, fuse_gated_ffn, fuse_horizontal, fuse_linear_epilogue, fuse_norms
 from .precision import demote_precision, narrow_io, quantize_static, quantize_weights
 from .kernels import lower_cuvil_to_kernels
-from .workarounds import gather_strided_1x1_conv
+from .workarounds import conv1x1_as_linear
 from .to_torch import lower_cuvil_to_torch, verify_no_cuvil
 
 # In pipeline order (`cuvil passes` lists them so): raise, fuse, precision/quantize, workarounds, kernels, lower, verify.
@@ -28,7 +28,7 @@ BUILTIN_PASSES = tuple(m.PASS for m in (
     raise_torch_to_cuvil, raise_pt2e_quant,
     fuse_conv_bn, fuse_norms, fuse_attention, fuse_linear_epilogue, fuse_gated_ffn, fuse_horizontal,
     narrow_io, demote_precision, quantize_weights, quantize_static,
-    gather_strided_1x1_conv, lower_cuvil_to_kernels, lower_cuvil_to_torch,
+    conv1x1_as_linear, lower_cuvil_to_kernels, lower_cuvil_to_torch,
     verify_no_cuvil,
 ))
 

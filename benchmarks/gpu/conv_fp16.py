@@ -1,12 +1,13 @@
 """Issue 16: the fp16 ResNet-18 (ONNX) was wrong on the H200 (rel. L2 0.19). The cause, measured
-on 2026-12-06 (.gpu/big3): IREE 3.13's CUDA MMA codegen computes the 1x1 stride-2 downsample
-convs c32->64 at 16x16 and c64->128 at 8x8 wrong (0.65-0.68) with or without implicit GEMM
-(only without MMA intrinsics right); every other conv is right. The fix: gather-strided-1x1-conv
-(lowering/workarounds/), first in every cuda target's lowering stage. This experiment checks it
-there. Built here, run there.
+on 2026-12-06 (H200 .gpu/big3, H100 .gpu/big4 and .gpu/big5): IREE 3.13's CUDA MMA codegen
+computes 16-bit 1x1 convs of 32 and 64 input channels wrong (0.62-0.80), stride 1 or 2, as IREE
+convs and as IREE matmuls alike; 128 input channels and every 3x3 / 7x7 conv are right. The same
+convs as a channels-last linear through the sm_90 Triton kernel are right (2e-4). The fix:
+conv1x1-as-linear (lowering/workarounds/), first in the lowering stage of the cuda targets with
+the sm_90 kernels. This experiment checks it there. Built here, run there.
 
-    python benchmarks/gpu/conv_fp16.py build /work/main/.gpu/big4     # here: modules, inputs, references, run.sh
-    OUT=$OUT DEADLINE=150 bash .gpu/big4/run.sh                        # there (copies this file beside the modules)
+    python benchmarks/gpu/conv_fp16.py build /work/main/.gpu/big6     # here: modules, inputs, references, run.sh
+    OUT=$OUT DEADLINE=150 bash .gpu/big6/run.sh                        # there (copies this file beside the modules)
     python benchmarks/gpu/conv_fp16.py run DIR --out OUT               # what run.sh runs
     python benchmarks/gpu/conv_fp16.py build /tmp/d --dry-run && ... run /tmp/d --out /tmp/o --driver local-task   # try it here
 
@@ -18,9 +19,9 @@ results in OUT/<folder name>.json:
   input, host copy of the 100 logits out), timed in interleaved rounds. Each module is ~5 MiB
   of weights that do not compress.
 - ``sweep/``: the ResNet's 1x1 stride-2 convs and 1x1 stride-1 convs of the same channels at
-  the sliced sizes (what the fix makes of them) alone (fp16 in and out, weights as arguments,
-  + bias + relu) in the modes of SWEEP, against a float64 conv of the same fp16 values
-  (computed there by torch on the CPU).
+  the strided sizes alone (fp16 in and out, weights as arguments, + bias + relu) in the modes of
+  SWEEP (IREE's conv; the model written as a slice + linear, by the kernel or by IREE's matmul),
+  against a float64 conv of the same fp16 values (computed there by torch on the CPU).
 """
 
 from __future__ import annotations
@@ -36,22 +37,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TD = "cuda:h200{hopper-mode=target-description}"
-FIX = "gather-strided-1x1-conv"  # the workaround pass; a variant without it shows the bug
+FIX = "conv1x1-as-linear"  # the workaround pass; a variant without it shows the bug
 
 # name -> (target, passes switched off, what it shows); all fp16
 RESNET = {
     "fp16-fix": ("cuda:h200", (), "the fix (ptx-jit, sm_89 PTX JIT-compiled for sm_90): expect ~5e-4"),
     "fp16-fix-td": (TD, (), "the fix, sm_90 target description: expect ~5e-4"),
-    "fp16-bug": ("cuda:h200", (FIX,), "without the fix (ptx-jit): 0.19 on 2026-12-06"),
-    "fp16-bug-td": (TD, (FIX,), "without the fix (sm_90 description): 0.19 on 2026-12-06"),
+    "fp16-bug": ("cuda:h200", (FIX,), "without the fix (ptx-jit): 0.19 on the H200, 2026-12-06"),
+    "fp16-bug-td": (TD, (FIX,), "without the fix (sm_90 description): 0.19 on the H200, 2026-12-06"),
 }
 
 # mode -> (target, passes switched off, what it shows), for each conv alone
 SWEEP = {
     "igemm": ("cuda:h200", (FIX,), "IREE's default codegen (implicit GEMM, ptx-jit), no rewrite"),
-    "igemm+gather": ("cuda:h200", (), "the same with gather-strided-1x1-conv (fires on stride 2 only)"),
     "igemm-td": (TD, (FIX,), "implicit GEMM, sm_90 description, no rewrite"),
-    "igemm-td+gather": (TD, (), "the same with gather-strided-1x1-conv"),
+    "fix": ("cuda:h200", (), "the conv with conv1x1-as-linear (the pipeline's own rewrite)"),
+    # the 1x1 conv written as a strided slice and a linear over channels-last pixels (the model
+    # does it: torch.export gives cuvil.linear), by the Hopper kernel or by IREE's matmul codegen
+    "linear": ("cuda:h200", (FIX,), "1x1 conv as slice + channels-last linear: the Triton kernel", "linear"),
+    "linear-iree": ("cuda:h200{kernels=off}", (FIX,), "1x1 conv as slice + channels-last linear: IREE's matmul", "linear"),
 }
 
 
@@ -141,6 +145,11 @@ def build_sweep(out: Path, modes, dry_run: bool = False) -> dict:
         def forward(self, x, w, b):
             return torch.relu(torch.nn.functional.conv2d(x, w, b, self.s, self.p))
 
+    class LinearReluBias(ConvReluBias):  # a 1x1 conv, unpadded: pixels (strided) x channels
+        def forward(self, x, w, b):
+            pixels = x[:, :, ::self.s, ::self.s].permute(0, 2, 3, 1)
+            return torch.relu(torch.nn.functional.linear(pixels, w[:, :, 0, 0], b)).permute(0, 3, 1, 2)
+
     convs = {}
     for c in resnet_convs():
         args = (torch.zeros(1, c["cin"], c["hw"], c["hw"], dtype=torch.float16),
@@ -148,16 +157,18 @@ def build_sweep(out: Path, modes, dry_run: bool = False) -> dict:
         name = conv_name(c)
         convs[name] = {**c, "modules": {}}
         for mode in modes:
-            target, disabled, _ = SWEEP[mode]
+            target, disabled, _, *form = SWEEP[mode]
             target = "cpu" if dry_run else target
+            model = (LinearReluBias if form == ["linear"] else ConvReluBias)(c["s"], c["p"])
             try:
-                compiled = cuvil_mlir.compile(ConvReluBias(c["s"], c["p"]), args, target=target, disabled_passes=disabled)
+                compiled = cuvil_mlir.compile(model, args, target=target, disabled_passes=disabled)
                 convs[name]["modules"][mode] = {**save_vmfb(compiled, folder / f"{name}.{mode}.vmfb", xz=False),
                                                 "fired": compiled.patterns_fired.get(FIX, {})}
             except Exception as e:
                 convs[name]["modules"][mode] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
         print(f"  sweep {name}: {len(convs[name]['modules'])} modes", flush=True)
-    return {"modes": {m: {"target": SWEEP[m][0], "disabled_passes": list(SWEEP[m][1]), "shows": SWEEP[m][2]}
+    return {"modes": {m: {"target": SWEEP[m][0], "disabled_passes": list(SWEEP[m][1]), "shows": SWEEP[m][2],
+                          "form": (SWEEP[m][3:] or ("conv",))[0]}
                       for m in modes}, "convs": convs}
 
 
