@@ -117,8 +117,8 @@ def compile_program(model, args=(), options: Options | None = None, *, emit: str
             # the ONNX level where IREE failed (function bodies, constants, static reduction axes)
             failed.append(e.message)
             try:
-                module, _, _ = _import(model, args, kwargs, dynamic_shapes, ctx, params_mode=options.params,
-                                       failed=tuple(failed))
+                module, _, store = _import(model, args, kwargs, dynamic_shapes, ctx, params_mode=options.params,
+                                           failed=tuple(failed))
             except onnx.RewriteNotPossible:
                 raise e from None
             imported = module_to_bytecode(module)
@@ -216,15 +216,13 @@ def _import(model, args, kwargs, dynamic_shapes, ctx, *, params_mode: str, plain
     anything else exported and shaped by the boundary (cuvil_mlir/runtime/boundary.py). Returns
     (module, prepared, the parameter store when the weights are external, else None)."""
     if onnx.is_onnx_model(model):  # a .onnx path or ModelProto
-        if params_mode == "external":
-            raise CuvilError("params='external' is not supported for ONNX models yet: their weights are inlined "
-                             "(params='auto' or 'inline')")
         onnx_options = {"kept_ops": options["kept_ops"]} if "kept_ops" in options else {}
         if plain:  # torch-mlir's ONNX import alone
             onnx_options["rewrites_allowed"] = False
         carried: dict = {}
-        module = onnx.import_model(model, ctx, failed=failed, carried=carried, example_inputs=tuple(args), **onnx_options)
-        return module, _onnx_prepared(module, carried), None
+        module = onnx.import_model(model, ctx, failed=failed, carried=carried, example_inputs=tuple(args),
+                                   params_mode=params_mode, **onnx_options)
+        return module, _onnx_prepared(module, carried), carried["store"]
     program = fx.to_exported_program(model, args, kwargs, dynamic_shapes)
     store = ParameterStore() if resolve_mode(params_mode, fx.weight_bytes(program)) == "external" else None
     found = []

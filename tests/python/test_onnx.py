@@ -193,6 +193,31 @@ def test_external_data_is_read_from_the_model_folder(tmp_path):
         cuvil_mlir.compile(str(path))
 
 
+def test_external_parameters_hold_the_initializers_outside_the_module(tmp_path, monkeypatch):
+    """params="external" (or "auto" above its threshold): the initializers of at least
+    MIN_PARAMETER_BYTES are parameters named after them, their data out of the IR (a view of
+    the model's tensor), in the package's archive; the results are the inline ones, small
+    initializers (the bias) stay literals, and the weight is still read (the linear fires)."""
+    from cuvil_mlir.core import params
+
+    k, n = 64, 32  # W: 8 KiB, a parameter; b: 128 B, a literal
+    model = _linear_model(k=k, n=n)
+    x = _rand(2, 3, k)
+    inline = cuvil_mlir.compile(model, params="inline")
+    external = cuvil_mlir.compile(model, params="external")
+    assert inline.parameters is None and external.parameters is not None
+    np.testing.assert_array_equal(np.asarray(external(x)), np.asarray(inline(x)))
+    assert _fired(external)["raise-torch-to-cuvil"] == {"matmul": 1}
+    entries = external.metadata["parameters"]["entries"]
+    (key,) = entries  # the linear's weight: W transposed, derived from the initializer 'w' by its recipe
+    assert params.recipe_keys(entries[key]["recipe"]) == {"w"}
+    assert len(external.modules[0].vmfb) < len(inline.modules[0].vmfb) - k * n * 4 // 2
+    external.save(tmp_path / "m.cuvilpkg")
+    np.testing.assert_array_equal(np.asarray(cuvil_mlir.load(tmp_path / "m.cuvilpkg")(x)), np.asarray(inline(x)))
+    monkeypatch.setattr(params, "EXTERNAL_FROM_BYTES", 1024)  # "auto": external from that many bytes of initializers
+    assert cuvil_mlir.compile(model).parameters is not None
+
+
 def test_models_above_protobufs_limit_take_file_based_shape_inference(monkeypatch):
     """Above 2 GB, checking and shape inference go through files (the limit lowered here)."""
     from cuvil_mlir.compiler.importers import onnx as onnx_importer

@@ -14,7 +14,8 @@ import warnings
 
 from cuvil_mlir.core import params
 from cuvil_mlir.core.diagnostics import ImportError_
-from cuvil_mlir.core.ir import elements_attr, func, ir
+from cuvil_mlir.compiler.importers import parameters
+from cuvil_mlir.core.ir import elements_attr, ir
 from cuvil_mlir.core.tensor_types import TORCH_TO_MLIR
 
 # aten ops kept whole through import (raise patterns and IREE's torch input know them).
@@ -100,7 +101,7 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
                 backend_legal_ops=[f"aten.{name}" for name in kept_ops] or None,  # None: torch-mlir's defaults
                 func_name=func_name,
             )
-            return module if store is None else _calls_to_references(module)
+            return module if store is None else parameters.calls_to_references(module)
     except ImportError_:
         raise
     except Exception as e:
@@ -144,7 +145,7 @@ def import_functions(programs: dict, ctx: ir.Context, *, kept_ops=KEPT_OPS, stor
                     func_name=name,
                     experimental_support_mutation=True,
                 )
-            return module if store is None else _calls_to_references(module)
+            return module if store is None else parameters.calls_to_references(module)
     except ImportError_:
         raise
     except Exception as e:
@@ -248,50 +249,9 @@ def _external_weights_hooks(store, names: dict[int, str]):
     return hooks
 
 
-# torch-mlir's import pipeline rejects any torch.operator (its backend contract), so during the
-# import a parameter is a call of a private declaration that names it; _calls_to_references
-# turns the calls into core/params.py's references right after.
-_DECLARATION_PREFIX = "__cuvil_parameter_"
-
-
 def _parameter_call(gni, key: str, vtensor_type, symbols: dict):
     with gni._cc._c:
-        module = gni.fx_importer._m
-        symbol = symbols.get(key)
-        if symbol is None:
-            symbol = symbols[key] = f"{_DECLARATION_PREFIX}{len(symbols)}"
-            with ir.InsertionPoint.at_block_begin(module.body), ir.Location.unknown():
-                declaration = func.FuncOp(symbol, ir.FunctionType.get([], [vtensor_type]), visibility="private")
-                declaration.attributes[params.KEY_ATTR] = ir.StringAttr.get(key)
-        op = ir.Operation.create("func.call", results=[vtensor_type], attributes={"callee": ir.FlatSymbolRefAttr.get(symbol)})
-        return op.result
-
-
-def _calls_to_references(module: ir.Module) -> ir.Module:
-    """Each call of a parameter declaration -> a parameter reference; the declarations removed."""
-    declarations = {}
-    for op in list(module.body.operations):
-        if op.operation.name == "func.func" and params.KEY_ATTR in op.operation.attributes:
-            symbol = ir.StringAttr(op.operation.attributes["sym_name"]).value
-            declarations[symbol] = (ir.StringAttr(op.operation.attributes[params.KEY_ATTR]).value, op)
-    calls = []
-
-    def visit(op):
-        if op.name == "func.call" and ir.FlatSymbolRefAttr(op.attributes["callee"]).value in declarations:
-            calls.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    with module.context:
-        for call in calls:
-            key = declarations[ir.FlatSymbolRefAttr(call.attributes["callee"]).value][0]
-            with ir.InsertionPoint(call), call.location:
-                value = params.reference(key, call.results[0].type)
-            call.results[0].replace_all_uses_with(value)
-            call.erase()
-    for _, declaration in declarations.values():
-        declaration.operation.erase()
-    return module
+        return parameters.call(gni.fx_importer._m, key, vtensor_type, symbols)
 
 
 def _state_names(program) -> dict[int, str]:

@@ -36,8 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
+from cuvil_mlir.core import params
 from cuvil_mlir.core.diagnostics import ImportError_, require_file
 from cuvil_mlir.compiler.importers import onnx_rewrites as rewrites
+from cuvil_mlir.compiler.importers import parameters
 from cuvil_mlir.core.ir import elements_attr, ir, passmanager
 
 # aten ops kept whole through the ONNX lowering (raise patterns and IREE's torch input know
@@ -215,8 +217,15 @@ def _symbolic_dims(proto) -> dict[str, list[str]]:
 
 def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KEPT_OPS,
                  data_dir: str | os.PathLike | None = None, rewrites_allowed: bool = True,
-                 failed: tuple[str, ...] = (), carried: dict | None = None, example_inputs=()) -> ir.Module:
+                 failed: tuple[str, ...] = (), carried: dict | None = None, example_inputs=(),
+                 params_mode: str = "inline") -> ir.Module:
     """ONNX model -> torch-dialect module (value semantics, weights as literals) in ``ctx``.
+
+    ``params_mode`` (core/params.py ``resolve_mode``: "inline", "external", or "auto" by the
+    initializers' bytes): with external weights, every initializer of at least
+    ``params.MIN_PARAMETER_BYTES`` becomes a reference to a parameter named after it, its data a
+    view of the model's tensor in a ``ParameterStore``, which ``carried["store"]`` receives (None
+    when the weights are inline).
 
     Where torch-mlir's lowering fails, the model is rewritten at the ONNX level and imported
     again (onnx_rewrites.py): an op ONNX defines as a function (Attention, RMSNormalization,
@@ -237,6 +246,9 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
     ``rewrites.SHAPE_OPERANDS``) are bound to their example values, as torch.export
     specializes Python ints; ``carried["bound"]`` maps each to its value (calls must pass it)."""
     loaded = load_model(model, data_dir=data_dir)
+    store = params.ParameterStore() if params.resolve_mode(params_mode, initializer_bytes(loaded.proto)) == "external" else None
+    if carried is not None:
+        carried["store"] = store
     names, bound = loaded.input_names, {}
     if example_inputs and rewrites_allowed:
         if len(example_inputs) != len(names):
@@ -287,10 +299,10 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
         done |= expanded
         folded = True
     while True:
-        module = import_onnx_dialect(loaded, ctx, func_name=func_name)
+        module = import_onnx_dialect(loaded, ctx, func_name=func_name, store=store)
         try:
             lower_to_torch(module, loaded, kept_ops=kept_ops, bitcasts=rewrites_allowed)
-            return module
+            return module if store is None else parameters.calls_to_references(module)
         except UnsupportedOnnxOp as e:
             if not rewrites_allowed:
                 raise
@@ -398,8 +410,25 @@ def _rewritten(loaded: OnnxModel, proto) -> OnnxModel:
     return OnnxModel(_checked_and_inferred(_onnx(), proto, loaded.path, big=big), loaded.path, loaded.symbolic_dims)
 
 
-def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = "main") -> ir.Module:
-    """Step 2: the module of ``torch.operator "onnx.*"`` ops, as torch-mlir's importer makes it."""
+def initializer_bytes(proto) -> int:
+    """The bytes of the model's weights: its initializers (raw data, or the typed fields)."""
+    from onnx import helper
+
+    total = 0
+    for t in proto.graph.initializer:
+        size = int(np.prod(t.dims, dtype=np.int64))
+        try:
+            itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+        except (KeyError, TypeError, ValueError):
+            itemsize = 1
+        total += size * itemsize
+    return total
+
+
+def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = "main", store=None) -> ir.Module:
+    """Step 2: the module of ``torch.operator "onnx.*"`` ops, as torch-mlir's importer makes it.
+    With ``store`` (external weights) the big initializers are calls of parameter declarations
+    (parameters.py) instead: their data goes into the store, not into the IR."""
     from torch_mlir.extras import onnx_importer
 
     proto = loaded.proto
@@ -410,8 +439,11 @@ def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = 
         info = onnx_importer.ModelInfo(proto)
         module = info.create_module(context=ctx)
         cache = _readable_cache(onnx_importer)(module.context)
+        cache.external = {} if store is not None else None
         importer = onnx_importer.NodeImporter.define_function(info.main_graph, module.operation, context_cache=cache)
         importer.import_all()
+        if store is not None:
+            _initializers_to_parameters(module, cache.external, store)
     except onnx_importer.OnnxImportError as e:
         raise ImportError_(f"torch-mlir's ONNX importer failed: {_short(e)}") from e
     except ImportError_:
@@ -559,10 +591,16 @@ def _node_name(loc) -> str:
 
 
 def _readable_cache(onnx_importer):
-    """torch-mlir's ContextCache, less its dense_resource blobs for initializers."""
+    """torch-mlir's ContextCache, less its dense_resource blobs for initializers. With
+    ``external`` set (a dict: external weights), a tensor of at least MIN_PARAMETER_BYTES that an
+    initializer op is made for goes there, by the name of that op's location (the initializer's
+    name), and the op gets a zero splat of its type (no copy of the data in the IR), which
+    ``_initializers_to_parameters`` replaces."""
     import numpy as np
 
     class ReadableWeights(onnx_importer.ContextCache):
+        external = None
+
         def tensor_proto_to_attr(self, tp):
             dtype = _DTYPES.get(tp.data_type)
             if not tp.HasField("raw_data") or dtype is None:
@@ -575,10 +613,47 @@ def _readable_cache(onnx_importer):
             else:
                 array = np.frombuffer(tp.raw_data, dtype=numpy_dtype)
             array = array.reshape(tuple(tp.dims))
+            name = _node_name(ir.Location.current) if self.external is not None else ""
+            if name and name not in self.external and dtype in params.PARAMETER_DTYPES and array.nbytes >= params.MIN_PARAMETER_BYTES:
+                self.external[name] = array
+                with self._c:
+                    tensor_type = self.tensor_proto_to_builtin_type(tp)
+                    element = ir.RankedTensorType(tensor_type).element_type
+                    zero = ir.FloatAttr.get(element, 0.0) if array.dtype.kind == "f" or dtype == "bf16" else ir.IntegerAttr.get(element, 0)
+                    return ir.DenseElementsAttr.get_splat(tensor_type, zero)
             with self._c:
                 return elements_attr(array, dtype)
 
     return ReadableWeights
+
+
+def _initializers_to_parameters(module: ir.Module, external: dict, store) -> None:
+    """Each ``onnx.Constant`` op whose tensor went to ``external`` -> a call of its parameter's
+    declaration (the key: the initializer's name), the tensor into ``store`` (a view, no copy)."""
+    constants = []
+
+    def visit(op):
+        if op.name == "torch.operator" and ir.StringAttr(op.attributes["name"]).value == "onnx.Constant" \
+                and _node_name(op.location) in external:
+            constants.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    symbols: dict = {}
+    with module.context:
+        for op in constants:
+            name = _node_name(op.location)
+            key = store.add(name, external[name])
+            with ir.InsertionPoint(op), op.location:
+                value = parameters.call(module, key, op.results[0].type, symbols)
+            op.results[0].replace_all_uses_with(value)
+            op.erase()
+        # torch-mlir's ONNX lowering runs on every function and wants each one's opset
+        opset = next((f.attributes["torch.onnx_meta.opset_version"] for f in module.body.operations
+                      if "torch.onnx_meta.opset_version" in f.attributes), None)
+        for f in module.body.operations:
+            if opset is not None and params.KEY_ATTR in f.attributes:
+                f.attributes["torch.onnx_meta.opset_version"] = opset
 
 
 def _name_locations(module: ir.Module, proto) -> None:
