@@ -147,14 +147,9 @@ def load_model(model, *, data_dir: str | os.PathLike | None = None, infer_shapes
         _load_external_data(proto, base, path)
     else:
         proto = model
-    size = proto.ByteSize() if not _has_external_data(proto) else _PROTOBUF_LIMIT + 1
     if infer_shapes:
-        proto = _checked_and_inferred(onnx, proto, path, big=size > _PROTOBUF_LIMIT)
+        proto = _checked_and_inferred(onnx, proto, path)
     return OnnxModel(proto, path, _symbolic_dims(proto))
-
-
-def _has_external_data(proto) -> bool:
-    return any(t.data_location == 1 for t in proto.graph.initializer)
 
 
 def _load_external_data(proto, base: Path, path: Path) -> None:
@@ -177,18 +172,79 @@ def _load_external_data(proto, base: Path, path: Path) -> None:
         del tensor.external_data[:]
 
 
-def _checked_and_inferred(onnx, proto, path, *, big: bool):
+def _checked_and_inferred(onnx, proto, path):
+    """``onnx.checker`` and shape inference (``data_prop``) on a weightless copy of the model
+    (``_weightless``: its big initializers stubbed), whose inferred shapes go back into the
+    model itself: both serialize the model they are given, several times over, which for a
+    model of N bytes of weights took ~5N of memory. Above protobuf's 2 GB even the weightless
+    copy may not serialize: then through files (``_checked_and_inferred_by_files``)."""
     where = str(path) if path else "the ONNX model"
-    if not big:
+    light = _weightless(onnx, proto)
+    if light.ByteSize() > _PROTOBUF_LIMIT:
+        return _checked_and_inferred_by_files(onnx, proto, where)
+    with tempfile.TemporaryDirectory(prefix="cuvil-onnx-") as tmp:
+        (Path(tmp) / _WEIGHTLESS).touch()  # the stubs' "external data": the checker wants the file to exist
+        light_path = Path(tmp) / "weightless.onnx"
+        light_path.write_bytes(light.SerializeToString())
         try:
-            onnx.checker.check_model(proto)
+            onnx.checker.check_model(str(light_path))
         except onnx.checker.ValidationError as e:
             raise ImportError_(f"{where} is not a valid ONNX model: {_short(e)}") from e
-        try:
-            return onnx.shape_inference.infer_shapes(proto, data_prop=True)
-        except Exception as e:
-            raise ImportError_(f"ONNX shape inference failed on {where}: {_short(e)}") from e
-    # above 2 GB protobuf cannot serialize the model: infer through files, weights outside
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
+    except Exception as e:
+        raise ImportError_(f"ONNX shape inference failed on {where}: {_short(e)}") from e
+    if path is None:  # the caller's ModelProto stays as it was: a copy with the inferred shapes
+        result = onnx.ModelProto()
+        result.CopyFrom(proto)
+    else:  # ours (read from the file): the shapes go into it, no copy of the weights
+        result = proto
+    _take_shapes(result, inferred)
+    return result
+
+
+_WEIGHTLESS = "cuvil-weightless.data"  # where _weightless's stubs say their data is
+_STUB_BYTES = 1 << 16  # initializers from this size are stubbed (smaller ones can matter to data_prop)
+
+
+def _weightless(onnx, proto):
+    """A copy of ``proto`` whose initializers of at least _STUB_BYTES are stubs: name, type and
+    dims, their data "external" in a file of no bytes (the checker and shape inference read
+    neither; ``data_prop`` needs the small constants, which are kept)."""
+    light = onnx.ModelProto()
+    for name in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        if proto.HasField(name):
+            setattr(light, name, getattr(proto, name))
+    light.opset_import.extend(proto.opset_import)
+    light.metadata_props.extend(proto.metadata_props)
+    light.functions.extend(proto.functions)
+    graph, source = light.graph, proto.graph
+    graph.name, graph.doc_string = source.name, source.doc_string
+    for field in ("node", "input", "output", "value_info", "sparse_initializer", "quantization_annotation"):
+        getattr(graph, field).extend(getattr(source, field))
+    for tensor in source.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.raw_data) >= _STUB_BYTES:
+            stub = graph.initializer.add()
+            stub.name, stub.data_type = tensor.name, tensor.data_type
+            stub.dims.extend(tensor.dims)
+            stub.data_location = onnx.TensorProto.EXTERNAL
+            entry = stub.external_data.add()
+            entry.key, entry.value = "location", _WEIGHTLESS
+        else:
+            graph.initializer.add().CopyFrom(tensor)
+    return light
+
+
+def _take_shapes(proto, inferred) -> None:
+    """What shape inference adds to a model (value_info, refined outputs, the nodes with their
+    subgraphs' value_info), from ``inferred`` into ``proto``; ``proto``'s initializers stay."""
+    for field in ("value_info", "output", "node"):
+        del getattr(proto.graph, field)[:]
+        getattr(proto.graph, field).extend(getattr(inferred.graph, field))
+
+
+def _checked_and_inferred_by_files(onnx, proto, where: str):
+    """Above 2 GB protobuf cannot serialize the model: check and infer through files, weights outside."""
     with tempfile.TemporaryDirectory(prefix="cuvil-onnx-") as tmp:
         raw, inferred = Path(tmp) / "raw.onnx", Path(tmp) / "inferred.onnx"
         onnx.save(proto, str(raw), save_as_external_data=True, all_tensors_to_one_file=True, location="raw.data")
@@ -406,8 +462,7 @@ def _rewritten_for(loaded: OnnxModel, failed: str) -> tuple[OnnxModel, set[str]]
 
 def _rewritten(loaded: OnnxModel, proto) -> OnnxModel:
     """``loaded`` with a rewritten proto, checked and shape-inferred again."""
-    big = proto.ByteSize() > _PROTOBUF_LIMIT
-    return OnnxModel(_checked_and_inferred(_onnx(), proto, loaded.path, big=big), loaded.path, loaded.symbolic_dims)
+    return OnnxModel(_checked_and_inferred(_onnx(), proto, loaded.path), loaded.path, loaded.symbolic_dims)
 
 
 def initializer_bytes(proto) -> int:
