@@ -221,8 +221,8 @@ def test_external_parameters_hold_the_initializers_outside_the_module(tmp_path, 
 def test_checking_and_shape_inference_hold_no_copy_of_the_weights(tmp_path):
     """load_model checks and infers on a weightless copy (its big initializers stubbed): reading a
     model with 256 MiB of weights (external data) peaks near 2x them (the data file read into the
-    model), not ~5x (the checker and
-    shape inference serialize what they are given); the shapes and the weights arrive whole."""
+    model), not ~5x (the checker and shape inference serialize what they are given); the shapes
+    and the weights arrive whole."""
     import subprocess
     import sys
 
