@@ -250,6 +250,39 @@ print(peak_mib() - base)
     assert float(r.stdout.split()[-1]) < 2.5 * 256, r.stdout  # MiB: ~2x (reading the data file copies once), was ~5x
 
 
+def test_big_external_tensors_are_mapped_from_their_file(tmp_path):
+    """A model with external data compiled with external parameters: its big initializer never
+    enters the proto; the parameter is a view of the mapped data file (the archive writer copies
+    from the file); inline, the same numbers. A data file cut short is named with its tensor."""
+    from cuvil_mlir.compiler.importers.onnx import load_model
+    from cuvil_mlir.core import params
+
+    k, n = 512, 256  # W: 131072 elements, above the rewrites' FOLD_LIMIT: left in its file
+    model = _linear_model(k=k, n=n)
+    w, b = (numpy_helper.to_array(t) for t in model.graph.initializer)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="m.data", size_threshold=0)
+    lazy = load_model(str(path), lazy_weights=True)
+    (stays,) = [t for t in lazy.proto.graph.initializer if t.name == "w"]
+    assert stays.data_location == TensorProto.EXTERNAL and not stays.raw_data and lazy.data_dir == tmp_path
+    x = _rand(2, 3, k)
+    external = cuvil_mlir.compile(str(path), params="external")
+    np.testing.assert_allclose(np.asarray(external(x)), x @ w + b, rtol=1e-4, atol=1e-4)
+    # the linear's weight is W transposed, computed when read from the source 'w': a view of the file
+    assert params.file_region(external.parameters.arrays._sources["w"]) == (str(tmp_path / "m.data"), 0)
+    inline = cuvil_mlir.compile(str(path), params="inline")
+    np.testing.assert_array_equal(np.asarray(inline(x)), np.asarray(external(x)))
+    proto = onnx.load(str(path), load_external_data=False)  # w's data said to start near the file's end
+    (entry,) = [e for t in proto.graph.initializer if t.name == "w" for e in t.external_data if e.key == "offset"] or [None]
+    if entry is None:
+        entry = next(t for t in proto.graph.initializer if t.name == "w").external_data.add()
+        entry.key = "offset"
+    entry.value = str((tmp_path / "m.data").stat().st_size - 64)
+    onnx.save(proto, str(path))
+    with pytest.raises(CuvilError, match=r"tensor 'w' runs past the end of .*m\.data"):
+        cuvil_mlir.compile(str(path), params="external")
+
+
 def test_models_above_protobufs_limit_take_file_based_shape_inference(monkeypatch):
     """Above 2 GB, checking and shape inference go through files (the limit lowered here)."""
     from cuvil_mlir.compiler.importers import onnx as onnx_importer

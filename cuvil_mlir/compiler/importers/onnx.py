@@ -75,9 +75,12 @@ class SymbolicDimError(ImportError_):
 class OnnxModel:
     """A loaded, shape-inferred ONNX model and where it came from."""
 
-    proto: object  # onnx.ModelProto, external data loaded
+    proto: object  # onnx.ModelProto, external data loaded (but see data_dir)
     path: Path | None = None
     symbolic_dims: dict[str, list[str]] = field(default_factory=dict)  # input name -> dim names ("" for a fixed dim)
+    # load_model(lazy_weights=True): the big initializers' data is still in the files of this
+    # folder (the import maps them: _external_array); None: every tensor's data is in the proto
+    data_dir: Path | None = None
 
     @property
     def input_names(self) -> list[str]:
@@ -129,8 +132,12 @@ def _onnx():
     return onnx
 
 
-def load_model(model, *, data_dir: str | os.PathLike | None = None, infer_shapes: bool = True) -> OnnxModel:
-    """Read, check and shape-infer an ONNX model (a path, a ModelProto or an OnnxModel)."""
+def load_model(model, *, data_dir: str | os.PathLike | None = None, infer_shapes: bool = True,
+               lazy_weights: bool = False) -> OnnxModel:
+    """Read, check and shape-infer an ONNX model (a path, a ModelProto or an OnnxModel).
+    ``lazy_weights``: a file's external initializers above ``rewrites.FOLD_LIMIT`` elements stay
+    in their data files (``OnnxModel.data_dir``; their files are checked), for an import that
+    maps them instead of copying them into the proto (``load_weights`` reads them in)."""
     if isinstance(model, OnnxModel):
         return model
     onnx = _onnx()
@@ -144,18 +151,29 @@ def load_model(model, *, data_dir: str | os.PathLike | None = None, infer_shapes
         if not proto.graph.node and not proto.graph.output:
             raise ImportError_(f"{path} is not an ONNX model: it holds no graph")
         base = Path(data_dir) if data_dir is not None else path.parent
-        _load_external_data(proto, base, path)
+        left = _load_external_data(proto, base, path, small_only=lazy_weights)
     else:
-        proto = model
+        proto, left = model, False
     if infer_shapes:
         proto = _checked_and_inferred(onnx, proto, path)
-    return OnnxModel(proto, path, _symbolic_dims(proto))
+    return OnnxModel(proto, path, _symbolic_dims(proto), base if left else None)
 
 
-def _load_external_data(proto, base: Path, path: Path) -> None:
-    """Load every external tensor from ``base``, naming the tensor and file that are missing."""
+def load_weights(loaded: OnnxModel) -> OnnxModel:
+    """``loaded`` with every tensor's data in its proto (what the ONNX-level rewrites read)."""
+    if loaded.data_dir is not None:
+        _load_external_data(loaded.proto, loaded.data_dir, loaded.path)
+        loaded.data_dir = None
+    return loaded
+
+
+def _load_external_data(proto, base: Path, path: Path, *, small_only: bool = False) -> bool:
+    """Load every external tensor from ``base`` (``small_only``: those of up to
+    ``rewrites.FOLD_LIMIT`` elements, the others' files checked), naming the tensor and file
+    that are missing; whether tensors were left in their files."""
     from onnx.external_data_helper import _get_all_tensors, load_external_data_for_tensor, uses_external_data
 
+    left = False
     for tensor in _get_all_tensors(proto):
         if not uses_external_data(tensor):
             continue
@@ -163,6 +181,9 @@ def _load_external_data(proto, base: Path, path: Path) -> None:
         if not (base / location).is_file():
             raise ImportError_(f"{path}: the external data of tensor '{tensor.name}' is not there: {base / location} "
                                "(load_model(path, data_dir=...) reads it from another folder)")
+        if small_only and int(np.prod(tensor.dims, dtype=np.int64)) > rewrites.FOLD_LIMIT:
+            left = True
+            continue
         try:
             load_external_data_for_tensor(tensor, str(base))
         except Exception as e:
@@ -170,6 +191,7 @@ def _load_external_data(proto, base: Path, path: Path) -> None:
                                f"{base / location}: {type(e).__name__}: {_short(e)}") from e
         tensor.data_location = 0  # the data is in raw_data now
         del tensor.external_data[:]
+    return left
 
 
 def _checked_and_inferred(onnx, proto, path):
@@ -301,7 +323,7 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
     (reduction axes, ``Slice`` bounds, ``Pad`` pads, ``Reshape`` shapes, ``Range`` bounds, ...:
     ``rewrites.SHAPE_OPERANDS``) are bound to their example values, as torch.export
     specializes Python ints; ``carried["bound"]`` maps each to its value (calls must pass it)."""
-    loaded = load_model(model, data_dir=data_dir)
+    loaded = load_model(model, data_dir=data_dir, lazy_weights=True)
     store = params.ParameterStore() if params.resolve_mode(params_mode, initializer_bytes(loaded.proto)) == "external" else None
     if carried is not None:
         carried["store"] = store
@@ -326,8 +348,9 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
         elements = {v.name: [(np.shape(a), _sequence_elem_type(v)) for a in given[v.name]] for v in sequences}
         proto, groups_in, groups_out = rewrites.scalarize_sequences(loaded.proto, elements)
         loaded = _rewritten(loaded, proto)
-    if rewrites_allowed:  # torch-mlir lowers these Scans as if their axes were 0 and their directions forward
-        unrolled = rewrites.unroll_scans(loaded.proto, oriented_only=True)
+    if rewrites_allowed and any(n.op_type == "Scan" for n in loaded.proto.graph.node):
+        # torch-mlir lowers these Scans as if their axes were 0 and their directions forward
+        unrolled = rewrites.unroll_scans(load_weights(loaded).proto, oriented_only=True)
         loaded = _rewritten(loaded, unrolled) if unrolled is not None else loaded
     done, folded, upgraded_once, before_upgrade = set(), False, False, None
     for rewrite in (rewrites.with_default_opset, rewrites.optional_inputs_as_tensors) if rewrites_allowed else ():
@@ -345,13 +368,13 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
         loaded = _rewritten(loaded, changed) if changed is not None else loaded
     narrow_inputs, narrow_outputs = {}, {}
     if rewrites_allowed and rewrites.has_narrow_types(loaded.proto):
-        proto, narrow_inputs, narrow_outputs = rewrites.carry_narrow_types(loaded.proto)
+        proto, narrow_inputs, narrow_outputs = rewrites.carry_narrow_types(load_weights(loaded).proto)
         loaded = _rewritten(loaded, proto)
     if carried is not None:  # what the boundary needs: the model's inputs and outputs, and what became of them
         carried.update(names=names, outputs=out_names, bound=bound, groups_in=groups_in, groups_out=groups_out,
                        args=loaded.input_names, results=loaded.output_names, dtypes={**narrow_inputs, **narrow_outputs})
     for message in failed:
-        loaded, expanded = _rewritten_for(loaded, message)
+        loaded, expanded = _rewritten_for(load_weights(loaded), message)
         done |= expanded
         folded = True
     while True:
@@ -362,6 +385,7 @@ def import_model(model, ctx: ir.Context, *, func_name: str = "main", kept_ops=KE
         except UnsupportedOnnxOp as e:
             if not rewrites_allowed:
                 raise
+            loaded = load_weights(loaded)  # the rewrites below read tensors
             wanted = {op for op, _ in e.ops if rewrites.has_function_body(loaded.proto, op)} - done
             if wanted:
                 loaded = _rewritten(loaded, rewrites.expand_function_ops(loaded.proto, wanted))
@@ -462,7 +486,7 @@ def _rewritten_for(loaded: OnnxModel, failed: str) -> tuple[OnnxModel, set[str]]
 
 def _rewritten(loaded: OnnxModel, proto) -> OnnxModel:
     """``loaded`` with a rewritten proto, checked and shape-inferred again."""
-    return OnnxModel(_checked_and_inferred(_onnx(), proto, loaded.path), loaded.path, loaded.symbolic_dims)
+    return OnnxModel(_checked_and_inferred(_onnx(), proto, loaded.path), loaded.path, loaded.symbolic_dims, loaded.data_dir)
 
 
 def initializer_bytes(proto) -> int:
@@ -495,6 +519,7 @@ def import_onnx_dialect(loaded: OnnxModel, ctx: ir.Context, *, func_name: str = 
         module = info.create_module(context=ctx)
         cache = _readable_cache(onnx_importer)(module.context)
         cache.external = {} if store is not None else None
+        cache.data_dir, cache.mapped = loaded.data_dir, {}
         importer = onnx_importer.NodeImporter.define_function(info.main_graph, module.operation, context_cache=cache)
         importer.import_all()
         if store is not None:
@@ -655,18 +680,25 @@ def _readable_cache(onnx_importer):
 
     class ReadableWeights(onnx_importer.ContextCache):
         external = None
+        data_dir = None  # where the tensors left in their files are (OnnxModel.data_dir)
+        mapped = None  # their files, mapped: path -> mmap (set per import)
 
         def tensor_proto_to_attr(self, tp):
             dtype = _DTYPES.get(tp.data_type)
-            if not tp.HasField("raw_data") or dtype is None:
+            lazy = self.data_dir is not None and tp.data_location == 1
+            if not (tp.HasField("raw_data") or lazy) or dtype is None:
                 return super().tensor_proto_to_attr(tp)
             numpy_dtype = onnx_importer.ELEM_TYPE_TO_NUMPY_DTYPE[tp.data_type]
+            if lazy:  # a view of its file, mapped (no copy; the archive writer copies from the file)
+                array = _external_array(tp, self.data_dir, self.mapped, np.uint16 if dtype == "bf16" else numpy_dtype)
+            elif dtype == "bf16":
+                array = np.frombuffer(tp.raw_data, dtype=np.uint16)
+            else:
+                array = np.frombuffer(tp.raw_data, dtype=numpy_dtype)
             if dtype == "bf16":
                 import ml_dtypes
 
-                array = np.frombuffer(tp.raw_data, dtype=np.uint16).view(ml_dtypes.bfloat16)
-            else:
-                array = np.frombuffer(tp.raw_data, dtype=numpy_dtype)
+                array = array.view(ml_dtypes.bfloat16)
             array = array.reshape(tuple(tp.dims))
             name = _node_name(ir.Location.current) if self.external is not None else ""
             if name and name not in self.external and dtype in params.PARAMETER_DTYPES and array.nbytes >= params.MIN_PARAMETER_BYTES:
@@ -680,6 +712,25 @@ def _readable_cache(onnx_importer):
                 return elements_attr(array, dtype)
 
     return ReadableWeights
+
+
+def _external_array(tp, base: Path, mapped: dict, dtype):
+    """The data of external tensor ``tp`` as a read-only view of its file under ``base``, mapped
+    once per file (``mapped``: path -> mmap) and registered with core/params.py."""
+    import mmap
+
+    entries = {e.key: e.value for e in tp.external_data}
+    path = base / entries.get("location", "")
+    if path not in mapped:
+        with open(path, "rb") as f:
+            mapped[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        params.register_mapped_file(mapped[path], str(path))
+    count = int(np.prod(tp.dims, dtype=np.int64))
+    offset = int(entries.get("offset", 0))
+    if offset + count * np.dtype(dtype).itemsize > len(mapped[path]):
+        raise ImportError_(f"the external data of tensor '{tp.name}' runs past the end of {path} "
+                           f"(offset {offset}, {count} elements of {np.dtype(dtype).name}, file {len(mapped[path])} bytes)")
+    return np.frombuffer(mapped[path], dtype=dtype, count=count, offset=offset)
 
 
 def _initializers_to_parameters(module: ir.Module, external: dict, store) -> None:
