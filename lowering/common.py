@@ -22,6 +22,11 @@ from cuvil_mlir.core.patterns import (
 from cuvil_mlir.core import params
 from cuvil_mlir.core.tensor_types import FLOAT_WIDTH, MLIR_TO_NUMPY, TORCH_DTYPE_CODE
 
+# The sm_90 linear kernel's shape contract, which lower-cuvil-to-kernels checks and the passes
+# that hand it ops (conv1x1-as-linear) respect: K and the out features multiples of this (TMA
+# needs 16-byte rows of 16-bit elements).
+KERNEL_ALIGN_ELEMENTS = 8
+
 # ---------------------------------------------------------------------------------------
 # Casts.
 

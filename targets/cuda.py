@@ -55,7 +55,6 @@ def _lowering_first(stages, *first):
     return tuple((name, (*first, *passes) if name == Stage.LOWERED else passes) for name, passes in stages)
 
 
-CUDA_STAGES = DEFAULT_STAGES
 KERNEL_STAGES = _lowering_first(DEFAULT_STAGES, CONV_WORKAROUND_PASS, KERNEL_PASS)
 
 
@@ -139,7 +138,7 @@ class CudaTarget(GpuTarget):
 
     @property
     def stages(self):
-        return KERNEL_STAGES if self.uses_kernels else CUDA_STAGES
+        return KERNEL_STAGES if self.uses_kernels else DEFAULT_STAGES
 
     @property
     def uses_kernels(self) -> bool:

@@ -78,7 +78,7 @@ from cuvil_mlir.core.patterns import (
     torch_int, torch_int_list, vtensor_type,
 )
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.lowering.common import CASTS, convert, fold
+from cuvil_mlir.lowering.common import CASTS, KERNEL_ALIGN_ELEMENTS, convert, fold
 
 NAME = "lower-cuvil-to-kernels"
 KERNEL_ATTR = "cuvil.kernel"  # on the private function: which op it computes ("linear", "attention")
@@ -86,7 +86,6 @@ SPEC_ATTR = "cuvil.kernel_spec"  # its shape, dtype and epilogue
 SITES_ATTR = "cuvil.kernel_sites"  # the nn.Module paths of the ops it computes (for the metadata)
 KERNEL_DTYPES = ("f16", "bf16")
 _LAYOUT = ("torch.aten.permute", "torch.aten.transpose.int", "torch.aten.t")
-ALIGN_ELEMENTS = 8  # 16-byte rows of 16-bit elements
 
 
 def why_not(op, half: str | None = None) -> str | None:
@@ -103,10 +102,10 @@ def why_not(op, half: str | None = None) -> str | None:
     if half is None and y.dtype != x.dtype:
         return f"result dtype {y.dtype} differs from {x.dtype}"
     k, out = x.shape[-1], y.shape[-1]
-    if k % ALIGN_ELEMENTS:
-        return f"K={k} not a multiple of {ALIGN_ELEMENTS}"
-    if out % ALIGN_ELEMENTS:
-        return f"out features {out} not a multiple of {ALIGN_ELEMENTS}"
+    if k % KERNEL_ALIGN_ELEMENTS:
+        return f"K={k} not a multiple of {KERNEL_ALIGN_ELEMENTS}"
+    if out % KERNEL_ALIGN_ELEMENTS:
+        return f"out features {out} not a multiple of {KERNEL_ALIGN_ELEMENTS}"
     if math.prod(x.shape[:-1]) == 0 or k == 0:
         return "empty tensor"
     return None

@@ -32,11 +32,10 @@ from __future__ import annotations
 
 from cuvil_mlir.core.patterns import PatternSet, build, info, torch_int, torch_int_list, vtensor_type
 from cuvil_mlir.dialects import cuvil
-from cuvil_mlir.lowering.common import conv_attributes
+from cuvil_mlir.lowering.common import KERNEL_ALIGN_ELEMENTS, conv_attributes
 
 NAME = "conv1x1-as-linear"
 MAX_CHANNELS = 128  # input channels from which IREE's fp16 MMA codegen was measured right
-ALIGN = 8  # the linear kernel's K and out-feature multiple (lower-cuvil-to-kernels ALIGN_ELEMENTS)
 
 patterns = PatternSet(NAME, description="16-bit 1x1 cuvil.conv2d of < 128 input channels -> strided slice + channels-last "
                                         "cuvil.linear for the sm_90 kernel (issue 16)")
@@ -64,7 +63,7 @@ def conv1x1_as_linear(op, rewriter):
     if x.dtype not in ("f16", "bf16") or w.dtype != x.dtype or any(d < 0 for d in (*x.shape, *y.shape)):
         return None
     c_out, c_in = w.shape[0], w.shape[1]
-    if c_in >= MAX_CHANNELS or c_in % ALIGN or c_out % ALIGN:
+    if c_in >= MAX_CHANNELS or c_in % KERNEL_ALIGN_ELEMENTS or c_out % KERNEL_ALIGN_ELEMENTS:
         return None
     pixels = op.input
     for dim, step in ((2, attrs["stride"][0]), (3, attrs["stride"][1])):
