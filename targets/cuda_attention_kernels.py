@@ -27,6 +27,18 @@ token stride N: no copy, no transpose) or from a ``[B, T, H, D]`` tensor, and o 
 ``[B, T, H, D]`` for the output projection (lower-cuvil-to-kernels finds these layouts). Strided
 operands use pointer loads (the TMA descriptors assume the default layout).
 
+**Prefix (cache) attention** (``prefix = True``): k and v are a KV cache ``[B, Hkv, S, D]``
+(contiguous; ``tkv`` is S, the cache length) and a fourth operand ``pos`` (one int64 on the
+device) says where the queries are: query ``t`` sits at position ``pos + t`` and sees keys
+``0 .. pos + t`` (a decode step, or a prompt chunk after the first, against the filled prefix of
+the cache; nothing past ``pos + Tq - 1`` is read, so the rest of the cache may hold anything).
+The positions are read on the device, so one kernel serves every step. A program takes the
+``GROUP x Tq`` query rows of one kv head (grouped-query attention reads each cached key once
+for all the q heads sharing it) against one slice of the keys; with ``SPLITS > 1`` slices the
+programs write fp32 partial results (unnormalised accumulator, running max and sum per row)
+and a second kernel combines them (flash-decoding: a single query against a long cache would
+otherwise run on B x Hkv programs). Grid ``(ceil(GROUP·Tq / BM), B·Hkv, SPLITS)``.
+
 Every size is a constexpr (one kernel per shape, as for linear). The entry takes q, k, v, o
 and Triton's two hidden pointers (global scratch, where the TMA descriptors are written, and
 profile scratch), all bindings of the extern dispatch.
@@ -68,6 +80,7 @@ class AttentionSpec:
     k_layout: str = ""
     v_layout: str = ""
     o_layout: str = ""
+    prefix: bool = False  # k/v are a [B, Hkv, tkv, D] cache; queries at pos .. pos+tq-1 (module doc)
 
     def layout(self, which: str) -> tuple[list[int], int, int, int, int]:
         """(tensor shape, offset, batch stride, head stride, token stride) of operand ``which``
@@ -95,6 +108,9 @@ class AttentionSpec:
             raise CompileError(f"attention kernel: {self.kv_heads} kv heads do not divide {self.heads} q heads")
         if min(self.batch, self.tq, self.tkv) <= 0:
             raise CompileError(f"attention kernel: empty tensor ({self})")
+        if self.prefix and (self.k_layout or self.v_layout or self.causal):
+            raise CompileError("prefix attention kernel: k and v must be the contiguous cache, and the causal offset "
+                               "comes from pos (causal=False)")
         for which in "qkvo":
             shape, off, sb, sh, st = self.layout(which)
             heads = self.kv_heads if which in "kv" else self.heads
@@ -119,21 +135,36 @@ class AttentionConfig:
 
 
 @dataclass(frozen=True)
+class KernelPart:
+    """One compiled Triton kernel."""
+
+    name: str
+    threads: int
+    shared_bytes: int
+    scratch_bytes: int  # global scratch per program
+    cubin_path: str
+
+
+@dataclass(frozen=True)
 class AttentionBinary:
     """A built attention kernel, everything the extern dispatch needs."""
 
     name: str
     threads: int
     shared_bytes: int
-    grid: tuple[int, int]
+    grid: tuple[int, ...]
     scratch_bytes: int  # global scratch per program
     config: AttentionConfig
     spec: AttentionSpec
     cubin_path: str
+    combine: KernelPart | None = None  # prefix attention over several splits: the kernel that combines them
 
     def describe(self) -> dict:
-        return {"kernel": self.name, "config": self.config.key, "grid": list(self.grid), "threads": self.threads,
-                "shared_bytes": self.shared_bytes, "triton": ck.TRITON_VERSION}
+        out = {"kernel": self.name, "config": self.config.key, "grid": list(self.grid), "threads": self.threads,
+               "shared_bytes": self.shared_bytes, "triton": ck.TRITON_VERSION}
+        if self.spec.prefix:
+            out["splits"] = self.grid[2]
+        return out
 
 
 # ----------------------------------------------------------------------------- selection
@@ -149,12 +180,12 @@ def load_configs(path: Path | None = None) -> list[dict]:
 
 
 def select_config(spec: AttentionSpec, rules: list[dict] | None = None) -> AttentionConfig | None:
-    """The config for an attention from the table (the first rule whose bounds hold: ``d``,
-    ``causal``, ``min_tq``/``max_tq``), or None where the table says IREE's codegen
+    """The config for an attention from the table (the first rule whose bounds hold: ``prefix``
+    (absent: false), ``d``, ``causal``, ``min_tq``/``max_tq``), or None where the table says IREE's codegen
     (``"config": "iree"``)."""
     for rule in rules if rules is not None else load_configs():
         when = rule.get("when", {})
-        if (when.get("d", spec.d) == spec.d and when.get("causal", spec.causal) == spec.causal
+        if (when.get("prefix", False) == spec.prefix and when.get("d", spec.d) == spec.d and when.get("causal", spec.causal) == spec.causal
                 and when.get("min_tq", 0) <= spec.tq <= when.get("max_tq", 1 << 62)):
             return None if rule["config"] == "iree" else AttentionConfig(**rule["config"])
     raise CompileError(f"no rule of {CONFIGS_PATH.name} matches {spec} (its last rule should match everything)")
@@ -273,6 +304,149 @@ def kernel():
 _ATTENTION = None
 
 
+def prefix_rows(spec: AttentionSpec) -> int:
+    """Query rows per kv head: the q heads sharing it times the queries."""
+    return spec.heads // spec.kv_heads * spec.tq
+
+
+def prefix_block_rows(spec: AttentionSpec, config: AttentionConfig) -> int:
+    """BM for a prefix attention: the table's, cut to the rows there are (at least 16, tl.dot's
+    smallest M): a decode step of Llama's 4 q heads per kv head takes 16-row blocks, not 64."""
+    return max(16, min(config.bm, 1 << (prefix_rows(spec) - 1).bit_length()))
+
+
+def prefix_splits(spec: AttentionSpec, config: AttentionConfig) -> tuple[int, int]:
+    """(splits, keys per split) of a prefix attention: enough programs to fill the GPU twice
+    over (ck.SMS), each split at least 4 key blocks, the split length a multiple of BN."""
+    blocks = math.ceil(spec.tkv / config.bn)
+    programs = math.ceil(prefix_rows(spec) / prefix_block_rows(spec, config)) * spec.batch * spec.kv_heads
+    splits = max(1, min(math.ceil(2 * ck.SMS / programs), blocks // 4))
+    chunk = math.ceil(blocks / splits) * config.bn
+    return math.ceil(spec.tkv / chunk), chunk
+
+
+def prefix_kernels():
+    """The two Triton functions of prefix attention: (attention, combine). Defined on first use."""
+    global _PREFIX
+    if _PREFIX is not None:
+        return _PREFIX
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def cuvil_prefix_attention(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, HKV: tl.constexpr, GROUP: tl.constexpr,
+                               TQ: tl.constexpr, S: tl.constexpr, D: tl.constexpr, SCALE: tl.constexpr,
+                               BM: tl.constexpr, BN: tl.constexpr, SPLITS: tl.constexpr, CHUNK: tl.constexpr,
+                               Q_OFF: tl.constexpr, Q_SB: tl.constexpr, Q_SH: tl.constexpr, Q_ST: tl.constexpr,
+                               O_SB: tl.constexpr, O_SH: tl.constexpr, O_ST: tl.constexpr):
+        # rows of the block: q head (kv_h·GROUP + row // TQ) at query t = row % TQ, position pos + t
+        pid_m = tl.program_id(0)
+        bk = tl.program_id(1)
+        split = tl.program_id(2)
+        b = bk // HKV
+        kv_h = bk % HKV
+        rows = pid_m * BM + tl.arange(0, BM)
+        valid = rows < GROUP * TQ
+        head = kv_h * GROUP + rows // TQ
+        t = rows % TQ
+        dims = tl.arange(0, D)
+        pos = tl.load(pos_ptr).to(tl.int32)
+        q = tl.load(q_ptr + Q_OFF + b * Q_SB + head[:, None] * Q_SH + t[:, None] * Q_ST + dims[None, :],
+                    mask=valid[:, None], other=0.0)
+        limit = pos + t  # the last key each row sees
+        end = tl.minimum(pos + TQ, S)  # keys past every row's limit are never read
+        lo = split * CHUNK
+        hi = tl.minimum(lo + CHUNK, end)
+        kv = (b * HKV + kv_h) * S * D
+        qk_scale = SCALE * 1.4426950408889634  # log2(e): exp(x) = exp2(x log2 e)
+        m_i = tl.full([BM], float("-inf"), tl.float32)
+        l_i = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, D], tl.float32)
+        for start in tl.range(lo, hi, BN):
+            cols = start + tl.arange(0, BN)
+            inside = cols < end
+            k = tl.load(k_ptr + kv + cols[:, None] * D + dims[None, :], mask=inside[:, None], other=0.0)
+            qk = tl.dot(q, k.T)
+            keep = inside[None, :] & (cols[None, :] <= limit[:, None])
+            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that sees no key of this split yet
+            p = tl.math.exp2(qk - m_safe[:, None])
+            alpha = tl.math.exp2(m_i - m_safe)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_ptr + kv + cols[:, None] * D + dims[None, :], mask=inside[:, None], other=0.0)
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+            m_i = m_new
+        if SPLITS == 1:
+            out = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
+            tl.store(out_ptr + b * O_SB + head[:, None] * O_SH + t[:, None] * O_ST + dims[None, :], out, mask=valid[:, None])
+        else:  # partials: [programs of (bk, pid_m)] x [SPLITS] x (acc [BM, D], m [BM], l [BM]), fp32
+            base = out_ptr + ((bk * tl.num_programs(0) + pid_m) * SPLITS + split) * BM * (D + 2)
+            tl.store(base + tl.arange(0, BM)[:, None] * D + dims[None, :], acc)
+            tl.store(base + BM * D + tl.arange(0, BM), m_i)
+            tl.store(base + BM * D + BM + tl.arange(0, BM), l_i)
+
+    @triton.jit
+    def cuvil_prefix_combine(part_ptr, o_ptr, HKV: tl.constexpr, GROUP: tl.constexpr, TQ: tl.constexpr,
+                             D: tl.constexpr, BM: tl.constexpr, SPLITS: tl.constexpr, O_SB: tl.constexpr,
+                             O_SH: tl.constexpr, O_ST: tl.constexpr):
+        # o = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s, m the max of the splits' m_s
+        pid_m = tl.program_id(0)
+        bk = tl.program_id(1)
+        b = bk // HKV
+        kv_h = bk % HKV
+        r = tl.arange(0, BM)
+        rows = pid_m * BM + r
+        dims = tl.arange(0, D)
+        base = part_ptr + (bk * tl.num_programs(0) + pid_m) * SPLITS * BM * (D + 2)
+        m = tl.full([BM], float("-inf"), tl.float32)
+        for s in tl.static_range(SPLITS):
+            m = tl.maximum(m, tl.load(base + s * BM * (D + 2) + BM * D + r))
+        m = tl.where(m == float("-inf"), 0.0, m)
+        acc = tl.zeros([BM, D], tl.float32)
+        l_i = tl.zeros([BM], tl.float32)
+        for s in tl.static_range(SPLITS):
+            part = base + s * BM * (D + 2)
+            w = tl.math.exp2(tl.load(part + BM * D + r) - m)
+            l_i += w * tl.load(part + BM * D + BM + r)
+            acc += w[:, None] * tl.load(part + r[:, None] * D + dims[None, :])
+        out = (acc / l_i[:, None]).to(o_ptr.dtype.element_ty)
+        head = kv_h * GROUP + rows // TQ
+        t = rows % TQ
+        tl.store(o_ptr + b * O_SB + head[:, None] * O_SH + t[:, None] * O_ST + dims[None, :], out,
+                 mask=(rows < GROUP * TQ)[:, None])
+
+    _PREFIX = (cuvil_prefix_attention, cuvil_prefix_combine)
+    return _PREFIX
+
+
+_PREFIX = None
+
+
+def prefix_constexprs(spec: AttentionSpec, config: AttentionConfig) -> tuple[dict, dict]:
+    """The constexpr arguments of (attention, combine) for a prefix attention."""
+    _, q_off, q_sb, q_sh, q_st = spec.layout("q")
+    _, _, o_sb, o_sh, o_st = spec.layout("o")
+    splits, chunk = prefix_splits(spec, config)
+    common = dict(HKV=spec.kv_heads, GROUP=spec.heads // spec.kv_heads, TQ=spec.tq, D=spec.d,
+                  BM=prefix_block_rows(spec, config), SPLITS=splits)
+    out = dict(O_SB=o_sb, O_SH=o_sh, O_ST=o_st)
+    attention = dict(common, S=spec.tkv, SCALE=float(spec.scale), BN=config.bn, CHUNK=chunk,
+                     Q_OFF=q_off, Q_SB=q_sb, Q_SH=q_sh, Q_ST=q_st, **out)
+    return attention, dict(common, **out)
+
+
+def prefix_grid(spec: AttentionSpec, config: AttentionConfig) -> tuple[int, int, int]:
+    return (math.ceil(prefix_rows(spec) / prefix_block_rows(spec, config)), spec.batch * spec.kv_heads,
+            prefix_splits(spec, config)[0])
+
+
+def prefix_partial_bytes(spec: AttentionSpec, config: AttentionConfig) -> int:
+    """The fp32 partials the attention kernel writes for the combine (0 with one split)."""
+    gx, gy, splits = prefix_grid(spec, config)
+    return 0 if splits == 1 else gx * gy * splits * prefix_block_rows(spec, config) * (spec.d + 2) * 4
+
+
 def constexprs(spec: AttentionSpec, config: AttentionConfig) -> dict:
     """The kernel's constexpr arguments for one attention and config."""
     strides = {}
@@ -292,12 +466,14 @@ def grid_of(spec: AttentionSpec, config: AttentionConfig) -> tuple[int, int]:
 def kernel_name(spec: AttentionSpec, config: AttentionConfig) -> str:
     digest = hashlib.sha256(repr((asdict(spec), asdict(config))).encode()).hexdigest()[:8]
     shape = f"{spec.batch}x{spec.heads}x{spec.kv_heads}x{spec.tq}x{spec.tkv}x{spec.d}"
-    return (f"cuvil_attention_{shape}_{spec.dtype}{'_causal' if spec.causal else ''}{'_strided' if spec.strided else ''}"
+    return (f"cuvil_attention_{shape}_{spec.dtype}{'_causal' if spec.causal else ''}{'_prefix' if spec.prefix else ''}"
+            f"{'_strided' if spec.strided else ''}"
             f"_{config.key}_{digest}")
 
 
 def build_attention(spec: AttentionSpec, config: AttentionConfig | None = None) -> AttentionBinary:
-    """Compile (or take from the kernel cache) the attention kernel for ``spec``."""
+    """Compile (or take from the kernel cache) the attention kernel for ``spec`` (a prefix
+    attention: its two kernels, the combine only with more than one split)."""
     reason = ck.available()
     if reason:
         raise CompileError(f"cannot build the Hopper attention kernel: {reason}")
@@ -305,16 +481,37 @@ def build_attention(spec: AttentionSpec, config: AttentionConfig | None = None) 
     config = config or select_config(spec)
     if config is None:
         raise CompileError(f"the attention table prefers IREE's codegen for {spec}")
-    if spec.strided and config.kind == "tma":  # the descriptors assume contiguous [B, H, T, D]
+    if (spec.strided or spec.prefix) and config.kind == "tma":  # the descriptors assume contiguous [B, H, T, D]
         config = AttentionConfig(config.bm, config.bn, config.warps, config.stages, "pointers")
     name = kernel_name(spec, config)
-    key = hashlib.sha256(json.dumps([_source_hash(), name, asdict(spec), asdict(config)]).encode()).hexdigest()[:24]
+    ty = "*" + ck.DTYPES[spec.dtype]
+    if not spec.prefix:
+        sizes = constexprs(spec, config)
+        part = _build_part(name, kernel(), {"q_ptr": ty, "k_ptr": ty, "v_ptr": ty, "o_ptr": ty}, sizes, config)
+        return AttentionBinary(part.name, part.threads, part.shared_bytes, grid_of(spec, config), part.scratch_bytes,
+                               config, spec, part.cubin_path)
+    attention_fn, combine_fn = prefix_kernels()
+    sizes, combine_sizes = prefix_constexprs(spec, config)
+    partial = "*fp32" if sizes["SPLITS"] > 1 else ty
+    part = _build_part(name, attention_fn, {"q_ptr": ty, "k_ptr": ty, "v_ptr": ty, "pos_ptr": "*i64", "out_ptr": partial},
+                       sizes, config)
+    combine = None
+    if sizes["SPLITS"] > 1:
+        combine = _build_part(name.replace("cuvil_attention_", "cuvil_attention_combine_", 1), combine_fn,
+                              {"part_ptr": "*fp32", "o_ptr": ty}, combine_sizes, config)
+    return AttentionBinary(part.name, part.threads, part.shared_bytes, prefix_grid(spec, config), part.scratch_bytes,
+                           config, spec, part.cubin_path, combine)
+
+
+def _build_part(name: str, fn, pointers: dict, sizes: dict, config: AttentionConfig) -> KernelPart:
+    """One Triton kernel compiled for sm_90a (or taken from the kernel cache): its pointer
+    arguments (name: Triton type) then its constexprs."""
+    key = hashlib.sha256(json.dumps([_source_hash(), name, list(pointers.items()), sizes, asdict(config)]).encode()).hexdigest()[:24]
     cache = ck._cache_dir() / key
-    grid = grid_of(spec, config)
     if (cache / "meta.json").exists():
         meta = json.loads((cache / "meta.json").read_text())
-        return AttentionBinary(name, meta["threads"], meta["shared"], grid, meta["scratch"], config, spec, str(cache / "kernel.cubin"))
-    ptx, threads, shared, scratch = _compile(spec, config, name)
+        return KernelPart(name, meta["threads"], meta["shared"], meta["scratch"], str(cache / "kernel.cubin"))
+    ptx, threads, shared, scratch = _compile(fn, pointers, sizes, config, name)
     if shared > ck.MAX_SHARED_BYTES:
         raise CompileError(f"{name} needs {shared} B of shared memory; sm_90 allows {ck.MAX_SHARED_BYTES}")
     cubin = ck._ptxas(ptx)
@@ -322,21 +519,19 @@ def build_attention(spec: AttentionSpec, config: AttentionConfig | None = None) 
     (cache / "kernel.ptx").write_text(ptx)
     (cache / "kernel.cubin").write_bytes(cubin)
     (cache / "meta.json").write_text(json.dumps({"threads": threads, "shared": shared, "scratch": scratch}))  # last: marks it complete
-    return AttentionBinary(name, threads, shared, grid, scratch, config, spec, str(cache / "kernel.cubin"))
+    return KernelPart(name, threads, shared, scratch, str(cache / "kernel.cubin"))
 
 
-def _compile(spec: AttentionSpec, config: AttentionConfig, name: str) -> tuple[str, int, int, int]:
+def _compile(fn, pointers: dict, sizes: dict, config: AttentionConfig, name: str) -> tuple[str, int, int, int]:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    sizes = constexprs(spec, config)
-    ty = "*" + ck.DTYPES[spec.dtype]
-    signature = {"q_ptr": ty, "k_ptr": ty, "v_ptr": ty, "o_ptr": ty, **{k: "constexpr" for k in sizes}}
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(4)}  # IREE's bindings are 16-byte aligned
+    signature = {**pointers, **{k: "constexpr" for k in sizes}}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers))}  # IREE's bindings are 16-byte aligned
     try:
-        k = triton.compile(ASTSource(kernel(), signature=signature, constexprs=sizes, attrs=attrs),
+        k = triton.compile(ASTSource(fn, signature=signature, constexprs=sizes, attrs=attrs),
                            target=GPUTarget("cuda", 90, 32),
                            options={"num_warps": config.warps, "num_stages": config.stages, "ptx_version": ck.PTX_VERSION})
     except Exception as e:  # Triton's compile errors are of many types
@@ -348,7 +543,7 @@ def _compile(spec: AttentionSpec, config: AttentionConfig, name: str) -> tuple[s
 def _source_hash() -> str:
     import inspect
 
-    parts = [inspect.getsource(kernel), inspect.getsource(constexprs), inspect.getsource(_compile),
+    parts = [inspect.getsource(kernel), inspect.getsource(prefix_kernels), inspect.getsource(_compile),
              inspect.getsource(ck._ptxas), str(ck.PTX_VERSION), ck.TRITON_VERSION]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
@@ -356,49 +551,66 @@ def _source_hash() -> str:
 # ----------------------------------------------------------------------------- IREE dispatch
 
 
+def _extern(result: str, inputs: list[tuple[str, str]], outputs: list[str], part: KernelPart, grid) -> list[str]:
+    """Lines of one ``hal.dispatch.extern`` named ``%result`` (``%result#0`` is its first output):
+    ``inputs`` (SSA name, builtin type) bound read-only, then ``outputs`` (builtin types), then
+    Triton's global scratch (grid x its per-program size) and profile scratch (a 16-byte dummy)."""
+    programs = math.prod(grid)
+    results = outputs + [f"tensor<{max(part.scratch_bytes * programs, 16)}xi8>", "tensor<16xi8>"]
+    bindings = ", ".join(["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * len(inputs)
+                         + ["#hal.pipeline.binding<storage_buffer>"] * len(results))
+    props = ", ".join([
+        f'export_name = "{part.name}"',
+        f"layout = #hal.pipeline.layout<bindings = [{bindings}]>",
+        f"operandSegmentSizes = array<i32: 0, {len(inputs)}, 0, 0>",
+        f'target_objects = [[#hal.executable.object<{{path = "{part.cubin_path}"}}>]]',
+        "target_ordinals = [0 : index]",
+        f"targets = [{ck.EXECUTABLE_TARGET}]",
+        f"tied_operands = [{', '.join(['-1 : index'] * len(results))}]",
+        f"workgroup_size = [{part.threads} : index, 1 : index, 1 : index]",
+        f"workgroup_local_memory = {part.shared_bytes} : index",
+    ])
+    gx, gy, gz = (*grid, 1, 1)[:3]
+    return [
+        f'  %{result}:{len(results)} = "hal.dispatch.extern"({", ".join(n for n, _ in inputs)}) <{{{props}}}> ({{',
+        "  ^bb0(%device: !hal.device):",
+        f"    %gx = arith.constant {gx} : index",
+        f"    %gy = arith.constant {gy} : index",
+        f"    %gz = arith.constant {gz} : index",
+        "    hal.return %gx, %gy, %gz : index, index, index",
+        f"  }}, {{\n  }}) : ({', '.join(t for _, t in inputs)}) -> ({', '.join(results)})",
+    ]
+
+
 def dispatch_function(symbol: str, kb: AttentionBinary, *, torch_types: bool = True) -> str:
-    """MLIR text of ``func.func private @symbol(q, k, v) -> o`` whose body is one
-    ``hal.dispatch.extern`` of the kernel: bindings q, k, v (read-only), o, the global scratch
-    (grid x its per-program size) and the profile scratch (a 16-byte dummy); grid
-    ``(ceil(Tq / BM), B·Hq, 1)``. With ``torch_types`` it takes and returns ``!torch.vtensor``
-    (the signature lower-cuvil-to-kernels declares), else builtin tensors."""
+    """MLIR text of ``func.func private @symbol(q, k, v[, pos]) -> o`` whose body is the kernel's
+    ``hal.dispatch.extern``: bindings q, k, v (and a prefix attention's pos) read-only, o, the
+    global scratch and the profile scratch; a prefix attention over several splits writes its
+    fp32 partials instead of o, and a second extern (the combine) reads them and writes o. With
+    ``torch_types`` it takes and returns ``!torch.vtensor`` (the signature
+    lower-cuvil-to-kernels declares), else builtin tensors."""
     s = kb.spec
     t = s.dtype
+    names = "qkvp" if s.prefix else "qkv"
     shapes = {n: s.layout(n)[0] for n in "qkvo"}
     builtin = {n: f"tensor<{'x'.join(map(str, d))}x{t}>" for n, d in shapes.items()}
     vtensor = {n: f"!torch.vtensor<[{','.join(map(str, d))}],{t}>" for n, d in shapes.items()}
+    builtin["p"], vtensor["p"] = "tensor<1xi64>", "!torch.vtensor<[1],si64>"
     outer = vtensor if torch_types else builtin
-    lines = [f"  %{n}_t = torch_c.to_builtin_tensor %{n} : {vtensor[n]} -> {builtin[n]}" for n in "qkv" if torch_types]
-    ref = (lambda n: f"%{n}_t") if torch_types else (lambda n: f"%{n}")
-    programs = kb.grid[0] * kb.grid[1]
-    results = [builtin["o"], f"tensor<{max(kb.scratch_bytes * programs, 16)}xi8>", "tensor<16xi8>"]
-    bindings = ", ".join(["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * 3 + ["#hal.pipeline.binding<storage_buffer>"] * 3)
-    props = ", ".join([
-        f'export_name = "{kb.name}"',
-        f"layout = #hal.pipeline.layout<bindings = [{bindings}]>",
-        "operandSegmentSizes = array<i32: 0, 3, 0, 0>",
-        f'target_objects = [[#hal.executable.object<{{path = "{kb.cubin_path}"}}>]]',
-        "target_ordinals = [0 : index]",
-        f"targets = [{ck.EXECUTABLE_TARGET}]",
-        "tied_operands = [-1 : index, -1 : index, -1 : index]",
-        f"workgroup_size = [{kb.threads} : index, 1 : index, 1 : index]",
-        f"workgroup_local_memory = {kb.shared_bytes} : index",
-    ])
-    lines += [
-        f'  %r:3 = "hal.dispatch.extern"({", ".join(ref(n) for n in "qkv")}) <{{{props}}}> ({{',
-        "  ^bb0(%device: !hal.device):",
-        f"    %gx = arith.constant {kb.grid[0]} : index",
-        f"    %gy = arith.constant {kb.grid[1]} : index",
-        "    %one = arith.constant 1 : index",
-        "    hal.return %gx, %gy, %one : index, index, index",
-        f"  }}, {{\n  }}) : ({', '.join(builtin[n] for n in 'qkv')}) -> ({', '.join(results)})",
-    ]
+    lines = [f"  %{n}_t = torch_c.to_builtin_tensor %{n} : {vtensor[n]} -> {builtin[n]}" for n in names if torch_types]
+    inputs = [(f"%{n}_t" if torch_types else f"%{n}", builtin[n]) for n in names]
+    if kb.combine is None:
+        lines += _extern("r", inputs, [builtin["o"]], kb, kb.grid)
+    else:
+        partial = f"tensor<{prefix_partial_bytes(s, kb.config)}xi8>"
+        lines += _extern("part", inputs, [partial], kb, kb.grid)
+        lines += _extern("r", [("%part#0", partial)], [builtin["o"]], kb.combine, kb.grid[:2])
     if torch_types:
         lines.append(f"  %o = torch_c.from_builtin_tensor %r#0 : {builtin['o']} -> {vtensor['o']}")
         lines.append(f"  return %o : {vtensor['o']}")
     else:
         lines.append(f"  return %r#0 : {builtin['o']}")
-    args = ", ".join(f"%{n}: {outer[n]}" for n in "qkv")
+    args = ", ".join(f"%{n}: {outer[n]}" for n in names)
     return f"func.func private @{symbol}({args}) -> {outer['o']} {{\n" + "\n".join(lines) + "\n}\n"
 
 
@@ -407,7 +619,7 @@ def spec_from_record(spec: dict) -> AttentionSpec:
     travels as a string: the hand-off's attribute reader knows integers, booleans and strings)."""
     return AttentionSpec(spec["batch"], spec["heads"], spec["kv_heads"], spec["tq"], spec["tkv"], spec["d"],
                          spec["dtype"], spec["causal"], float(spec["scale"]),
-                         *(spec.get(f"{n}_layout", "") for n in "qkvo"))
+                         *(spec.get(f"{n}_layout", "") for n in "qkvo"), spec.get("prefix", False))
 
 
 def materialize(symbol: str, spec: dict) -> tuple[str | None, dict]:

@@ -74,7 +74,7 @@ from cuvil_mlir.core.diagnostics import module_path
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.passes import FunctionPass
 from cuvil_mlir.core.patterns import (
-    Firings, build, const_float, const_int, const_int_list, defining_op, erase_dead, has_one_use, info, num_uses,
+    Firings, build, const_float, const_int, const_int_list, defining_op, erase_dead, has_one_use, info, is_none, num_uses,
     torch_int, torch_int_list, vtensor_type,
 )
 from cuvil_mlir.dialects import cuvil
@@ -176,6 +176,28 @@ def attention_spec_of(op) -> dict:
             "scale": repr(ir.FloatAttr(op.attributes["scale"]).value)}
 
 
+def why_not_prefix(op) -> str | None:
+    """None when the prefix kernel covers this attention over a cache prefix (prefix_form), else
+    why not: what the attention kernel needs of dtypes and head dims."""
+    q, v, y = info(op.q), info(op.v), info(op.result)
+    if q.dtype not in KERNEL_DTYPES:
+        return f"dtype {q.dtype}"
+    if y.dtype != q.dtype or v.dtype != q.dtype:
+        return f"result or value dtype {y.dtype}, {v.dtype} differs from {q.dtype}"
+    if q.shape[-1] not in ATTENTION_HEAD_DIMS or v.shape[-1] != q.shape[-1]:
+        return f"head dims q {q.shape[-1]}, v {v.shape[-1]} (the kernel takes {' or '.join(map(str, ATTENTION_HEAD_DIMS))})"
+    if 0 in q.shape:
+        return "empty tensor"
+    return None
+
+
+def prefix_spec_of(op, prefix: dict) -> dict:
+    q, cache = info(op.q), info(prefix["k"])
+    return {"op": "attention", "batch": q.shape[0], "heads": q.shape[1], "kv_heads": prefix["kv_heads"], "tq": q.shape[2],
+            "tkv": cache.shape[2], "d": q.shape[3], "dtype": q.dtype, "causal": False, "prefix": True,
+            "scale": repr(ir.FloatAttr(op.attributes["scale"]).value)}
+
+
 LAYOUTS = ("q_layout", "k_layout", "v_layout", "o_layout")
 _VIEWS = ("torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view")
 
@@ -185,7 +207,8 @@ def attention_symbol_of(spec: dict) -> str:
     scale = spec["scale"].replace(".", "p").replace("-", "m").replace("+", "")
     layouts = "|".join(spec.get(n, "") for n in LAYOUTS)
     strided = f"_l{hashlib.sha256(layouts.encode()).hexdigest()[:8]}" if layouts.strip("|") else ""
-    return f"cuvil_kernel_attention_{shape}_{spec['dtype']}{'_causal' if spec['causal'] else ''}_s{scale}{strided}"
+    kind = "_causal" if spec["causal"] else "_prefix" if spec.get("prefix") else ""
+    return f"cuvil_kernel_attention_{shape}_{spec['dtype']}{kind}_s{scale}{strided}"
 
 
 def _swapped_heads(value):
@@ -237,6 +260,165 @@ def attention_operand(value) -> tuple[ir.Value, str]:
     return x, f"{b}x{t}x{h}x{d}:0:{t * h * d}:{d}:{h * d}"
 
 
+# ----------------------------------------------------------------------------- prefix (KV-cache) attention
+
+_EXPANDS = ("torch.aten.unsqueeze", "torch.aten.broadcast_to", "torch.aten.expand")
+
+
+def _int_of(value) -> tuple[ir.Value, int] | None:
+    """(P, n) when the !torch.int ``value`` is ``int(P) + n`` (P a one-element int64 tensor,
+    n a constant; ``int(P)`` alone is n = 0), else None."""
+    add = defining_op(value, "torch.aten.add.int")
+    n = 0
+    if add is not None:
+        for a, b in ((0, 1), (1, 0)):
+            if const_int(add.operands[b]) is not None and defining_op(add.operands[a], "torch.aten.Int.Tensor") is not None:
+                value, n = add.operands[a], const_int(add.operands[b])
+                break
+        else:
+            return None
+    item = defining_op(value, "torch.aten.Int.Tensor")
+    p = info(item.operands[0]) if item is not None else None
+    if p is None or p.dtype != "si64" or list(p.shape) not in ([1], []):
+        return None
+    return item.operands[0], n
+
+
+def _same_int(a, b) -> bool:
+    """Whether two !torch.int values are the same SSA value or the same ``int(P) + n``."""
+    if a == b:
+        return True
+    x, y = _int_of(a), _int_of(b)
+    return x is not None and y is not None and x[0] == y[0] and x[1] == y[1]
+
+
+def _strip(value, names, keep_last: int):
+    """Through a chain of ``names`` ops that keep the trailing ``keep_last`` dims (unsqueeze
+    only before them, broadcasts only of leading dims): the value they start from."""
+    while (op := defining_op(value, names)) is not None:
+        src, out = info(op.operands[0]), info(value)
+        if src is None or out is None or src.rank < keep_last or list(src.shape[src.rank - keep_last:]) != list(out.shape[out.rank - keep_last:]):
+            return value
+        if op.operation.name == "torch.aten.unsqueeze":
+            dim = const_int(op.operands[1])
+            if dim is None or dim % out.rank >= out.rank - keep_last:
+                return value
+        value = op.operands[0]
+    return value
+
+
+def _arange(value):
+    """(start, end, step) operands of a ``torch.aten.arange.start_step`` defining value."""
+    op = defining_op(value, "torch.aten.arange.start_step")
+    return None if op is None else (op.operands[0], op.operands[1], op.operands[2])
+
+
+def _cache_slice(value):
+    """(cache, end) when ``value`` is ``cache[:, :, :end]`` of a static [B, H, S, D] cache."""
+    piece = defining_op(value, "torch.aten.slice.Tensor")
+    if piece is None:
+        return None
+    cache = info(piece.operands[0])
+    if cache is None or cache.rank != 4 or min(cache.shape) < 0 or const_int(piece.operands[1]) not in (2, -2):
+        return None
+    if not (is_none(piece.operands[2]) or const_int(piece.operands[2]) == 0) or const_int(piece.operands[4]) != 1:
+        return None
+    return piece.operands[0], piece.operands[3]
+
+
+def prefix_form(op) -> dict | None:
+    """What a cuvil.attention over the filled prefix of a KV cache reads, or None: q ``[B, H, T,
+    D]`` at positions ``P .. P+T-1`` (P a one-element int64 tensor on the device), k and v the
+    caches' first ``P + T`` slots (``cache[:, :, :int(P) + T]``, through HF's repeat_kv for
+    grouped heads), and the mask ``arange(P + T)[None, :] <= (P + arange(T))[:, None]`` broadcast
+    over batch and heads: query t sees keys 0 .. P+t. This is the decode step (and a later prompt
+    chunk) that compile_causal_lm exports through transformers' masking utilities; the prefix
+    kernel reads the whole cache and P, so the shapes are static.
+
+    Returns {"k": cache, "v": cache, "pos": P, "kv_heads": n, "repeated": bool}."""
+    q = info(op.q)
+    if op.mask is None or q is None or q.rank != 4 or min(q.shape) < 0:
+        return None
+    tq = q.shape[2]
+    k_rep, v_rep = _repeated_kv(op.k), _repeated_kv(op.v)
+    repeated = k_rep is not None and v_rep is not None and k_rep[1] == v_rep[1]
+    k_src, v_src = (k_rep[0], v_rep[0]) if repeated else (op.k, op.v)
+    ks, vs = _cache_slice(k_src), _cache_slice(v_src)
+    if ks is None or vs is None or not _same_int(ks[1], vs[1]):
+        return None
+    kc, vc = info(ks[0]), info(vs[0])
+    if list(kc.shape) != list(vc.shape) or kc.shape[0] != q.shape[0] or q.shape[1] % kc.shape[1] or kc.dtype != q.dtype:
+        return None
+    if not repeated and kc.shape[1] != q.shape[1]:
+        return None
+    end = _int_of(ks[1])
+    if end is None or end[1] != tq:
+        return None
+    pos = end[0]
+    # the mask: [.., T, keys] from le(keys [1, K], queries [T, 1]) (or ge with the sides swapped)
+    m = info(op.mask)
+    if m is None or m.dtype != "i1" or m.rank != 4 or m.shape[-2] != tq:
+        return None
+    cmp = defining_op(_strip(op.mask, _EXPANDS, 2), ("torch.aten.le.Tensor", "torch.aten.ge.Tensor"))
+    if cmp is None:
+        return None
+    keys, queries = cmp.operands if cmp.operation.name == "torch.aten.le.Tensor" else cmp.operands[::-1]
+    kk, qq = _strip(keys, "torch.aten.unsqueeze", 1), _strip(queries, "torch.aten.unsqueeze", 0)
+    if info(keys) is None or info(queries) is None or info(keys).rank != 2 or info(queries).rank != 2:
+        return None
+    if info(keys).shape[0] != 1 or info(queries).shape[1] != 1 or info(queries).shape[0] != tq:
+        return None
+    span = _arange(kk)
+    if span is None or const_int(span[0]) != 0 or const_int(span[2]) != 1 or not _same_int(span[1], ks[1]):
+        return None
+    add = defining_op(qq, "torch.aten.add.Tensor")
+    if add is None or const_float(add.operands[2]) != 1.0:
+        return None
+    for a, b in ((0, 1), (1, 0)):
+        steps = _arange(add.operands[b])
+        if add.operands[a] == pos and steps is not None and [const_int(x) for x in steps] == [0, tq, 1]:
+            break
+    else:
+        return None
+    return {"k": ks[0], "v": vs[0], "pos": pos, "kv_heads": kc.shape[1], "repeated": repeated}
+
+
+def _clone_into(values, mapping: dict) -> list | None:
+    """The ``values`` recomputed at the insertion point from ``mapping`` (old value -> new):
+    every op between is cloned (ops without regions; anything else reached -> None, and
+    nothing is created). ``mapping`` is extended with the clones."""
+    order, seen = [], set()
+
+    def visit(value) -> bool:
+        if any(value == k for k in mapping):
+            return True
+        op = defining_op(value)
+        if op is None or len(op.operation.regions):
+            return False
+        key = op.operation
+        if key in seen:
+            return True
+        if not all(visit(v) for v in op.operands):
+            return False
+        seen.add(key)
+        order.append(op)
+        return True
+
+    if not all(visit(v) for v in values):
+        return None
+
+    def lookup(value):
+        return next(new for old, new in mapping.items() if old == value)
+
+    for op in order:
+        clone = op.operation.clone()
+        for i, v in enumerate(op.operands):
+            clone.operands[i] = lookup(v)
+        for old, new in zip(op.operation.results, clone.results):
+            mapping[old] = new
+    return [lookup(v) for v in values]
+
+
 def _heads_swapped_back(op):
     """The op (permute / transpose) that turns the attention's result back into [B, T, H, D],
     when it is the one use of the result (through same-shape views), else None."""
@@ -280,12 +462,16 @@ def _repeat_heads(x, spec: dict):
 
 def _declare_attention(module: ir.Module, op, spec: dict, symbol: str, operands: list, repeated: bool, result_type):
     """The private function computing one attention from the tensors the call passes: its body
-    rebuilds the op's operands (slices, views, transposes, repeated kv heads) and is the op."""
+    rebuilds the op's operands (slices, views, transposes, repeated kv heads; for a prefix
+    attention a clone of what computed k, v and the mask from the caches and P) and is the op.
+    None (and no function) when a prefix attention's operands depend on anything else."""
     i64 = ir.IntegerType.get_signless(64)
     attr = {n: ir.IntegerAttr.get(i64, spec[n]) for n in ("batch", "heads", "kv_heads", "tq", "tkv", "d")}
     attr.update({n: ir.StringAttr.get(spec[n]) for n in ("op", "dtype", "scale")})
     attr.update({n: ir.StringAttr.get(spec[n]) for n in LAYOUTS if spec[n]})  # a contiguous [B, H, T, D] says nothing
     attr["causal"] = ir.BoolAttr.get(spec["causal"])
+    if spec.get("prefix"):
+        attr["prefix"] = ir.BoolAttr.get(True)
     inputs = [v.type for v in operands]
     with ir.InsertionPoint(module.body), op.location:
         func = ir.Operation.create(
@@ -297,11 +483,20 @@ def _declare_attention(module: ir.Module, op, spec: dict, symbol: str, operands:
         with ir.InsertionPoint(block):
             kv_heads = spec["kv_heads"] if repeated else spec["heads"]
             q = _rebuild_operand(block.arguments[0], spec["q_layout"], spec["heads"], spec, "q")
-            k = _rebuild_operand(block.arguments[1], spec["k_layout"], kv_heads, spec, "k")
-            v = _rebuild_operand(block.arguments[2], spec["v_layout"], kv_heads, spec, "v")
-            if repeated:
-                k, v = _repeat_heads(k, spec), _repeat_heads(v, spec)
-            out = cuvil.attention(op.result.type, q, k, v, scale=ir.FloatAttr(op.attributes["scale"]).value,
+            mask = None
+            if spec.get("prefix"):  # the slices of the caches, repeat_kv and the mask, as the program had them
+                args = block.arguments
+                cloned = _clone_into([op.k, op.v, op.mask], {operands[1]: args[1], operands[2]: args[2], operands[3]: args[3]})
+                if cloned is None:
+                    func.erase()
+                    return None
+                k, v, mask = cloned
+            else:
+                k = _rebuild_operand(block.arguments[1], spec["k_layout"], kv_heads, spec, "k")
+                v = _rebuild_operand(block.arguments[2], spec["v_layout"], kv_heads, spec, "v")
+                if repeated:
+                    k, v = _repeat_heads(k, spec), _repeat_heads(v, spec)
+            out = cuvil.attention(op.result.type, q, k, v, mask, scale=ir.FloatAttr(op.attributes["scale"]).value,
                                   is_causal=spec["causal"])
             if spec["o_layout"]:
                 b, h, t, d = info(op.result).shape
@@ -562,16 +757,25 @@ def _run(module: ir.Module) -> Firings:
         fired.record(("linear" if wide is None else "linear (widened 16-bit)") + (" + residual" if residual else ""), loc)
     for op in attentions:
         reason = why_not_attention(op)
+        prefix = prefix_form(op) if reason in ("explicit mask", "dynamic shape") else None
+        if prefix is not None:
+            reason = why_not_prefix(op)
         if reason is not None:
             fired.record(f"kept attention: {reason}", op.location)
             continue
-        spec = attention_spec_of(op)
-        k_value, v_value = op.k, op.v
-        k_rep, v_rep = _repeated_kv(op.k), _repeated_kv(op.v)
-        repeated = k_rep is not None and v_rep is not None and k_rep[1] == v_rep[1]
-        if repeated:  # HF's repeat_kv: the kernel reads each kv head once (grouped-query attention)
-            (k_value, spec["kv_heads"]), v_value = k_rep, v_rep[0]
-        operands, layouts = zip(*(attention_operand(v) for v in (op.q, k_value, v_value)))
+        if prefix is not None:
+            spec = prefix_spec_of(op, prefix)
+            repeated = prefix["repeated"]
+            q_value, q_layout = attention_operand(op.q)
+            operands, layouts = (q_value, prefix["k"], prefix["v"], prefix["pos"]), (q_layout, "", "")
+        else:
+            spec = attention_spec_of(op)
+            k_value, v_value = op.k, op.v
+            k_rep, v_rep = _repeated_kv(op.k), _repeated_kv(op.v)
+            repeated = k_rep is not None and v_rep is not None and k_rep[1] == v_rep[1]
+            if repeated:  # HF's repeat_kv: the kernel reads each kv head once (grouped-query attention)
+                (k_value, spec["kv_heads"]), v_value = k_rep, v_rep[0]
+            operands, layouts = zip(*(attention_operand(v) for v in (op.q, k_value, v_value)))
         spec.update(q_layout=layouts[0], k_layout=layouts[1], v_layout=layouts[2], o_layout="")
         back = _heads_swapped_back(op)
         b, h, t, d = info(op.result).shape
@@ -580,7 +784,11 @@ def _run(module: ir.Module) -> Firings:
         result_type = back.result.type if back is not None else op.result.type
         symbol = attention_symbol_of(spec)
         if symbol not in functions:
-            functions[symbol] = _declare_attention(module, op, spec, symbol, list(operands), repeated, result_type)
+            declared = _declare_attention(module, op, spec, symbol, list(operands), repeated, result_type)
+            if declared is None:
+                fired.record("kept attention: the cache slices or the mask depend on more than the caches and the position", op.location)
+                continue
+            functions[symbol] = declared
         sites.setdefault(symbol, []).append(module_path(op.location))
         with ir.InsertionPoint(op.operation), op.location:
             call = ir.Operation.create("func.call", results=[result_type], operands=list(operands),
@@ -600,7 +808,10 @@ def _run(module: ir.Module) -> Firings:
         bypassed = [defining_op(v) for v in op.operands]
         op.operation.erase()
         erase_dead(bypassed)  # the slices, transposes and repeats the call reads around
-        fired.record("attention" if not (repeated or any(layouts) or back is not None) else "attention (strided)", loc)
+        if prefix is not None:
+            fired.record("attention over a cache prefix", loc)
+        else:
+            fired.record("attention" if not (repeated or any(layouts) or back is not None) else "attention (strided)", loc)
     for func in module.body.operations:
         if func.operation.name == "func.func" and not _is_kernel_function(func):
             for piece in _head_slices(func, set(functions)):

@@ -373,8 +373,9 @@ def test_cli_generate(compiled_lm, tmp_path, capsys):
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_prefill_first_gets_the_hopper_attention_kernel(arch):
     """fp16 on cuda:h200 (compiled here, not run): prefill_first's causal attention, one per
-    layer, goes to the Hopper attention kernel; prefill's and decode's masked attention stays
-    IREE's codegen."""
+    layer, goes to the Hopper attention kernel; prefill's and decode's attention over the filled
+    prefix of the cache to the prefix kernel, which reads the position on the device (a decode
+    step of batch 1 at this short cache: one split, one extern dispatch)."""
     from cuvil_mlir.targets import cuda_kernels
 
     if cuda_kernels.available() is not None:
@@ -388,4 +389,9 @@ def test_prefill_first_gets_the_hopper_attention_kernel(arch):
             vocab_size=512, max_position_embeddings=128))  # head dim 64: what the kernel takes
     lm = cuvil_mlir.compile_causal_lm(model.eval().half(), max_seq_len=64, batch=1, prefill_len=32, target="cuda:h200")
     fired = lm.patterns_fired["lower-cuvil-to-kernels"]
-    assert fired["attention (strided)"] == 2 and fired["kept attention: explicit mask"] == 2 * 2, fired
+    assert fired["attention (strided)"] == 2 and fired["attention over a cache prefix"] == 2 * 2, fired
+    assert not any(name.startswith("kept attention") for name in fired), fired
+    records = [k for k in lm.metadata["kernels"] if k.get("op") == "attention"]
+    prefix = {r["tq"]: r for r in records if r.get("prefix")}
+    assert set(prefix) == {1, 32} and all(r["kernel"] and r["tkv"] == 64 for r in prefix.values()), records
+    assert prefix[1]["splits"] == 1

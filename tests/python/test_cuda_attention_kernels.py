@@ -289,3 +289,93 @@ def test_hf_attention_blocks_get_the_strided_kernel(arch):
     assert {r["kernel"].split("_res_")[0] + "_res" for r in residual} == {r["function"].replace("cuvil_kernel_", "cuvil_") for r in residual}
     sites = sorted(p.split(".")[-2:][0] + "." + p.split(".")[-1] for r in residual for p in r["sites"])
     assert sites == sorted(2 * (["attn.c_proj", "mlp.c_proj"] if arch == "gpt2" else ["self_attn.o_proj", "mlp.down_proj"])), sites
+
+
+PREFIX_CASES = [  # (b, hq, hkv, tq, cache length S, pos, d, bn): decode (GQA, one split / several), a later prompt chunk
+    (1, 4, 2, 1, 64, 37, 64, 16), (2, 4, 1, 1, 256, 200, 64, 16), (1, 2, 2, 1, 256, 0, 128, 16),
+    (1, 4, 2, 5, 96, 60, 64, 16), (2, 2, 2, 20, 128, 90, 64, 16),
+]
+
+_INTERPRET_PREFIX = _INTERPRET.split("fn = ak.kernel()")[0] + """
+attention, combine = ak.prefix_kernels()
+triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8))
+torch.manual_seed(0)
+for b, hq, hkv, tq, s, pos, d, bn in CASES:
+    spec = ak.AttentionSpec(b, hq, hkv, tq, s, d, "f16", False, d ** -0.5, prefix=True)
+    spec.check()
+    config = ak.AttentionConfig(64, bn, 4, 2, "pointers")
+    sizes, combine_sizes = ak.prefix_constexprs(spec, config)
+    q = torch.randn(b, hq, tq, d).half()
+    k, v = torch.randn(b, hkv, s, d).half(), torch.randn(b, hkv, s, d).half()
+    k[:, :, pos + tq:], v[:, :, pos + tq:] = float("nan"), float("nan")  # past the queries: never read
+    o = torch.zeros_like(q)
+    grid = ak.prefix_grid(spec, config)
+    if sizes["SPLITS"] == 1:
+        attention[grid](q, k, v, torch.tensor([pos]), o, **sizes)
+    else:
+        part = torch.empty(ak.prefix_partial_bytes(spec, config) // 4, dtype=torch.float32)
+        attention[grid](q, k, v, torch.tensor([pos]), part, **sizes)
+        combine[grid[:2]](part, o, **combine_sizes)
+    keys = torch.arange(pos + tq)
+    mask = keys[None, :] <= pos + torch.arange(tq)[:, None]
+    ref = F.scaled_dot_product_attention(q.float(), k[:, :, :pos + tq].float(), v[:, :, :pos + tq].float(), attn_mask=mask,
+                                         enable_gqa=hq != hkv)
+    print(b, hq, hkv, tq, s, pos, d, sizes["SPLITS"], float((o.float() - ref).abs().max()))
+"""
+
+
+@needs_triton
+def test_prefix_kernel_numerics_in_the_triton_interpreter():
+    """The prefix (KV-cache) kernels in Triton's CPU interpreter against SDPA over the filled prefix
+    with the causal-offset mask: single-token decode and a 5- and 20-token chunk, grouped kv heads,
+    one split and several (the combine), position 0; the cache past the queries holds NaN, which
+    must not reach the result."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", f"CASES = {PREFIX_CASES!r}\n" + _INTERPRET_PREFIX], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert len(rows) == len(PREFIX_CASES) and max(float(x[-1]) for x in rows) < 3e-3, r.stdout
+    assert {int(x[-2]) for x in rows} >= {1, 2}, r.stdout  # both paths: one split, and partials + combine
+
+
+def test_prefix_kernel_function_computes_what_the_op_did():
+    """The prefix attention's kernel function (its body clones the cache slices, repeat_kv and the
+    mask) gives the numbers of the attention it replaced on IREE's CPU, at two positions, with
+    NaN in the cache past the chunk (never read). The block is the lit test's @prefix."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from cuvil_mlir.compiler.context import make_context
+    from cuvil_mlir.core.ir import parse_module
+    from cuvil_mlir.core.passes import run_pipeline
+    from cuvil_mlir.lowering import builtin_registry
+    from cuvil_mlir.runtime.session import Session
+    from cuvil_mlir.targets import iree, parse_target
+
+    lit = Path(__file__).parents[1] / "lowering" / "kernels" / "lower-cuvil-to-kernels.mlir"
+    (text,) = [chunk for chunk in lit.read_text().split("// -----") if "func.func @prefix" in chunk]
+    cpu, registry = parse_target("cpu"), builtin_registry()
+    sessions = []
+    for passes in (["lower-cuvil-to-torch"], ["lower-cuvil-to-kernels", "lower-cuvil-to-torch"]):
+        module = parse_module(text, make_context())
+        fired = run_pipeline(module, [registry.get(p) for p in passes + ["verify-no-cuvil"]])
+        sessions.append(Session(iree.compile_to_vmfb(module, cpu.iree_flags()), cpu.driver))
+    assert fired["lower-cuvil-to-kernels"] == {"attention over a cache prefix": 1}
+    rng = np.random.default_rng(0)
+    for pos in (0, 20):
+        q = rng.standard_normal((2, 4, 3, 64)).astype(np.float16)
+        kc, vc = (rng.standard_normal((2, 2, 32, 64)).astype(np.float16) for _ in range(2))
+        kc[:, :, pos + 3:], vc[:, :, pos + 3:] = np.nan, np.nan
+        args = [q, kc, vc, np.array([pos], dtype=np.int64)]
+        outs = [s.invoke("prefix", args)[0] for s in sessions]
+        np.testing.assert_array_equal(outs[0], outs[1])
+        mask = torch.arange(pos + 3)[None, :] <= pos + torch.arange(3)[:, None]
+        k, v = (torch.from_numpy(c[:, :, :pos + 3]).float() for c in (kc, vc))
+        ref = F.scaled_dot_product_attention(torch.from_numpy(q).float(), k, v, attn_mask=mask, enable_gqa=True)
+        assert float((torch.from_numpy(outs[1]).float() - ref).abs().max()) < 2e-3, pos
