@@ -44,17 +44,18 @@ def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns
 
 
 def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len: int | None = None, target: str = "cpu",
-                      precision: str = "fp32", opt_level: int = 3, params: str = "auto"):
+                      precision: str = "fp32", opt_level: int = 3, params: str = "auto", record_dispatches: bool = False):
     """Compile a transformers causal LM (GPT-2, Llama, Mistral, Qwen2, ...) for generation: one
     package with ``prefill_first``, ``prefill`` and ``decode`` functions over a KV cache for
     ``batch`` sequences of up to ``max_seq_len`` tokens, kept on the device and updated in place
     (docs/generation.md).
     ``params``: weights "inline" in the modules or "external" (one archive), "auto" as ``compile``.
+    ``record_dispatches``: keep the functions' IREE dispatches for ``cuvil profile PKG --function decode``.
     Returns a ``CausalLM``: ``.generate(input_ids, max_new_tokens=...)`` as transformers'."""
     from cuvil_mlir.compiler.causal_lm import compile_causal_lm as _compile
 
     return _compile(hf_model, max_seq_len=max_seq_len, batch=batch, prefill_len=prefill_len, target=target,
-                    precision=precision, opt_level=opt_level, params=params)
+                    precision=precision, opt_level=opt_level, params=params, record_dispatches=record_dispatches)
 
 
 def lower(model, args=(), *, stage: str = "cuvil", target: str = "cpu", patterns=(), elide_weights: bool = True) -> str:

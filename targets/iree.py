@@ -253,7 +253,8 @@ _FLOP_OPS = frozenset({
 
 def dispatch_sites(module: ir.Module | bytes, flags: list[str], *, input_type: str = "torch", kernels=None) -> list[dict]:
     """Every ``flow.dispatch`` of the module compiled with ``flags``, in program order:
-    ``{"key": export name, "location": the call site's loc, "reads": [[shape, dtype], ...],
+    ``{"key": export name, "function": the module function that calls it, "location": the call site's loc,
+    "reads": [[shape, dtype], ...],
     "writes": [...], "bytes": what it reads and writes, "flops": its loop nests' arithmetic}``.
     ``kernels``: the target's kernel builder, as compile_to_vmfb got it: the kernel functions are
     materialized first, so the sites are those of the module that runs (IREE numbers its
@@ -284,7 +285,12 @@ def dispatch_sites(module: ir.Module | bytes, flags: list[str], *, input_type: s
         sites = []
         for op in flow.body.operations:
             if op.operation.name in ("util.func", "func.func"):
+                start = len(sites)
                 _walk_dispatches(op.operation, flops, sites)
+                # the exported function that makes the call (IREE's "$async" body of a public function)
+                name = str(op.operation.attributes["sym_name"]).strip('"').removesuffix("$async")
+                for site in sites[start:]:
+                    site["function"] = name
     for site in sites:
         if site["key"] in kernel_flops:  # a prebuilt kernel (hal.dispatch.extern): no loop nest to count
             site["flops"] = kernel_flops[site["key"]]

@@ -6,7 +6,8 @@
 # Carry the packages folder and .gpu/common (the IREE runtime wheel). A GPU fault (an illegal address) ends the
 # run's process (exit 75) and it starts again with the next item, the faulted target left out of the timing; the
 # first faulted target's smallest reproducer (prefill + one decode) then runs under compute-sanitizer
-# (sanitizer.log). DRY=1: a CPU dry run here (packages built with --targets cpu --tiny; torch on the CPU, PY=venv).
+# (sanitizer.log). PROFILE=1x128,8x2048: then `cuvil profile` of those timing packages' decode step (profile-*.json);
+# SKIP_RUN=1: only that. DRY=1: a CPU dry run here (packages built with --targets cpu --tiny; torch on the CPU, PY=venv).
 set -u
 export PYTHONUNBUFFERED=1
 START=$(date +%s); DEADLINE=${DEADLINE:-480}
@@ -22,7 +23,7 @@ else
   DEVICE=cpu
 fi
 $PY -c "import cuvil_mlir, transformers, torch; print('cuvil_mlir', cuvil_mlir.__file__, 'transformers', transformers.__version__, 'torch', torch.__version__)" 2>&1 | tail -1
-for attempt in $(seq 1 12); do
+for attempt in $(seq 1 $([ -n "${SKIP_RUN:-}" ] && echo 0 || echo 12)); do
   LEFT=$((DEADLINE - ($(date +%s) - START) - 20))
   [ $LEFT -lt 40 ] && { echo "deadline: no time left for attempt $attempt"; break; }
   timeout -k 10 $((LEFT + 15)) $PY benchmarks/gpu/generate_h200.py run $PKGS --out $OUT --device $DEVICE --deadline $LEFT \
@@ -43,4 +44,11 @@ if [ -n "$FAULT" ] && [ $LEFT -gt 30 ] && command -v compute-sanitizer >/dev/nul
     >> $OUT/sanitizer.log 2>&1
   grep -m 12 "Invalid\|Address\|at 0x\|by thread\|step ok\|Error\|=========     Host Frame" $OUT/sanitizer.log | cut -c1-220
 fi
-grep -v "Warning\|return cls\|^\[transformers\]\|^  warnings.warn\|^ \|^Search\|^CUDA kernel\|^For debugging\|^Compile with" $OUT/run.log | tail -30
+# PROFILE=CASES (e.g. 1x128,8x2048): cuvil profile of those timing packages' decode step, per target, with what is left
+LEFT=$((DEADLINE - ($(date +%s) - START) - 10))
+if [ -n "${PROFILE:-}" ] && [ $LEFT -gt 40 ]; then
+  COLUMNS=200 timeout -k 10 $LEFT $PY benchmarks/gpu/generate_h200.py profile $PKGS --out $OUT --cases $PROFILE --deadline $((LEFT - 30)) \
+    > $OUT/profile.log 2>&1
+  echo "profile: exit $?"; grep -v "Warning\|warn" $OUT/profile.log | tail -60 | cut -c1-200
+fi
+[ -f $OUT/run.log ] && grep -v "Warning\|return cls\|^\[transformers\]\|^  warnings.warn\|^ \|^Search\|^CUDA kernel\|^For debugging\|^Compile with" $OUT/run.log | tail -30

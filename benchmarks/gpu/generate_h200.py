@@ -207,7 +207,7 @@ def build(args) -> None:
             prompt_len = context - args.new_tokens
             start = time.perf_counter()
             lm = cuvil_mlir.compile_causal_lm(model, max_seq_len=context, batch=batch, prefill_len=prompt_len,
-                                              target=args.targets, params="external")
+                                              target=args.targets, params="external", record_dispatches=True)
             add({"kind": "timing", "file": name, "batch": batch, "context": context, "prompt_len": prompt_len,
                  "new_tokens": args.new_tokens, "compile_s": round(time.perf_counter() - start, 1)}, lm)
             del lm
@@ -455,6 +455,41 @@ def step(args) -> None:
     print("step ok", flush=True)
 
 
+def profile_steps(args) -> None:
+    """Where a decode step's time goes (there): ``cuvil profile`` of the timing packages' decode at
+    their last position (the longest cache read), per target, one JSON per (case, target)."""
+    from cuvil_mlir.eval import profiler
+    from cuvil_mlir.runtime.generation import load
+
+    dir_, out, scratch = Path(args.dir), Path(args.out), Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((dir_ / "manifest.json").read_text())
+    stop = time.monotonic() + args.deadline
+    for case in args.cases.split(","):
+        batch, context = (int(x) for x in case.split("x"))
+        entry = next((p for p in manifest["packages"] if p["kind"] == "timing" and (p["batch"], p["context"]) == (batch, context)), None)
+        if entry is None:
+            log(f"profile {case}: no timing package")
+            continue
+        path = unpacked(dir_, entry, scratch)
+        for target in args.targets.split(";"):
+            if time.monotonic() > stop:
+                log(f"profile {case} {target}: deadline")
+                return
+            name = f"profile-{args.function}-b{batch}-c{context}-{'kernels' if 'hopper' in target else 'plain'}.json"
+            try:
+                lm = load(path, prefer=target, verify=False)
+                prof = profiler.profile_compiled(lm, function=args.function, position=args.position, model=f"llama-1b b{batch}",
+                                                 repetitions=5, iterations=10)
+                profiler.write_json(prof, out / name)
+                profiler.print_profile(prof, limit=14)
+                log(f"profile {case} {target}: wall {prof['totals']['wall_us']:.0f} us -> {name}")
+            except Exception as e:  # the next case still runs
+                log(f"profile {case} {target} failed: {type(e).__name__}: {str(e)[:800]}")
+            finally:
+                lm = None
+
+
 def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, deadline: float, args, row: dict, flush,
                 skip: set = frozenset()) -> None:
     """One (batch, context): cuvil (each target) and HF eager / static-cache generate, timed in
@@ -664,8 +699,17 @@ def main() -> None:
     d.add_argument("package", help="a check package (.cuvilpkg or .dd.xz)")
     d.add_argument("target")
     d.add_argument("--scratch", default="/tmp/gen-pkgs")
+    f = sub.add_parser("profile", help="cuvil profile of the timing packages' decode step (there)")
+    f.add_argument("dir")
+    f.add_argument("--out", required=True)
+    f.add_argument("--cases", default="1x128,8x2048")
+    f.add_argument("--targets", default=TARGETS.replace(",", ";"), help="';'-separated, each profiled")
+    f.add_argument("--function", default="decode")
+    f.add_argument("--position", type=int, default=None, help="default: the function's last")
+    f.add_argument("--deadline", type=float, default=240)
+    f.add_argument("--scratch", default="/tmp/gen-pkgs")
     args = p.parse_args()
-    {"build": build, "run": run, "report": report, "step": step}[args.cmd](args)
+    {"build": build, "run": run, "report": report, "step": step, "profile": profile_steps}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     cuvil profile model.pt2 --target cuda:h200 --build-only m.cuvilpkg   # compile here (dispatches recorded) ...
     cuvil profile m.cuvilpkg --json p.json                                # ... time where the device is
     cuvil profile p.json --plot p.png                                     # show a profile written before
+    cuvil profile lm.cuvilpkg --function decode --position 2047           # one step of a causal LM's package
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ def add_parsers(sub, common) -> None:
                    help="an input array, in order (repeatable; default: the example inputs, or random ones from the signature)")
     p.add_argument("--build-only", metavar="OUT.cuvilpkg", help="compile with the dispatches recorded, write the package and "
                    "stop (to profile it on another machine: `cuvil profile OUT.cuvilpkg` there)")
+    p.add_argument("--function", metavar="NAME", help="a causal LM's package: the step to profile, prefill_first, prefill "
+                   "or decode (default: decode), with a zero-filled cache")
+    p.add_argument("--position", type=int, metavar="N", help="a causal LM's package: the position the step runs at "
+                   "(default: its last, the longest cache read)")
     p.add_argument("--runtime-flag", action="append", default=[], metavar="FLAG",
                    help="an IREE runtime flag for the timed runs, e.g. --runtime-flag=--cuda_use_streams=false (repeatable)")
     p.add_argument("--repetitions", type=int, default=10, metavar="N", help="repetitions of the wall-time benchmark (default: 10)")
@@ -46,6 +51,8 @@ def run(args, parser) -> int:
     for out in (args.json, args.plot, args.build_only):
         if out and not Path(out).parent.exists():
             raise CuvilError(f"cannot write {out}: folder {Path(out).parent} does not exist")
+    if (args.function or args.position is not None) and not args.model.endswith(".cuvilpkg"):
+        raise InputError("--function and --position profile one step of a causal LM's package (.cuvilpkg)")
     if args.parameters and not args.model.endswith(".cuvilpkg"):
         raise InputError("--parameters supplies the weights of a package (.cuvilpkg) saved without them")
     if args.model.endswith(".json"):
@@ -87,7 +94,8 @@ def _profile_package(args) -> dict:
         raise CuvilError(f"package not found: {args.model}")
     compiled = load(args.model, prefer=args.target, parameters=args.parameters)
     return profile.profile_compiled(compiled, _inputs(args), repetitions=args.repetitions, iterations=args.iterations,
-                                    runtime_flags=tuple(args.runtime_flag), model=Path(args.model).name)
+                                    runtime_flags=tuple(args.runtime_flag), model=Path(args.model).name,
+                                    function=args.function, position=args.position)
 
 
 def _profile_model(args) -> dict | None:

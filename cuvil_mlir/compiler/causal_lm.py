@@ -29,12 +29,14 @@ from cuvil_mlir.core.diagnostics import CuvilError, InputError
 
 
 def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len: int | None = None, target: str = "cpu",
-                      precision: str = "fp32", opt_level: int = 3, params: str = "auto"):
+                      precision: str = "fp32", opt_level: int = 3, params: str = "auto", record_dispatches: bool = False):
     """Compile ``hf_model`` (a transformers ``*ForCausalLM``) for ``batch`` sequences of up to
     ``max_seq_len`` tokens (prompt and new tokens); prompts are prefilled ``prefill_len`` tokens
     at a time (default: min(max_seq_len, 128)). ``params``: the weights ``"inline"`` in each
     target's module or ``"external"`` (one parameter archive all functions and targets
-    read); ``"auto"``: external from 64 MiB of weights (cuvil_mlir.compile's rule). Returns a
+    read); ``"auto"``: external from 64 MiB of weights (cuvil_mlir.compile's rule).
+    ``record_dispatches``: the functions' IREE dispatches kept in the metadata, for ``cuvil
+    profile PKG --function decode`` (docs/profiling.md). Returns a
     ``cuvil_mlir.runtime.generation.CausalLM``."""
     from cuvil_mlir.compiler.pipeline import Options, compile_functions
     from cuvil_mlir.runtime.generation import CausalLM
@@ -44,7 +46,8 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
     if not 1 <= prefill_len <= max_seq_len:
         raise InputError(f"prefill_len must be in 1..max_seq_len ({max_seq_len}), got {prefill_len}")
     programs, cache = _export_programs(hf_model, batch, max_seq_len, prefill_len)
-    options = Options(target=target, opt_level=opt_level, precision=precision, params=params)
+    options = Options(target=target, opt_level=opt_level, precision=precision, params=params,
+                      record_dispatches=record_dispatches)
     modules, metadata, parameters = compile_functions(programs, options, entry="decode")
     generation = getattr(hf_model, "generation_config", None)
     metadata["causal_lm"] = {

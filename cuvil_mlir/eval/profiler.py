@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cuvil_mlir.core.diagnostics import CuvilError, RuntimeFailure, module_path
+from cuvil_mlir.core.diagnostics import CuvilError, InputError, RuntimeFailure, module_path
 from cuvil_mlir.runtime.session import CPU_WORKER_STACK_FLAG
 
 SCHEMA_VERSION = 1
@@ -411,29 +411,44 @@ def profile(model, args=(), *, target: str = "cpu", inputs=None, repetitions: in
 
 
 def profile_compiled(compiled, inputs=None, *, repetitions: int = 10, iterations: int = 20, runtime_flags=(),
-                     model: str = "", workdir=None, modes=None, keep_profile=None) -> dict:
-    """Profile a CompiledModel's first module that can run here (see ``profile``)."""
+                     model: str = "", workdir=None, modes=None, keep_profile=None, function: str | None = None,
+                     position: int | None = None) -> dict:
+    """Profile a CompiledModel's first module that can run here (see ``profile``). A causal
+    LM's package (runtime/generation.py ``CausalLM``): one call of ``function`` (default
+    ``decode``) at ``position`` (default: its last, the longest cache read) with a zero cache."""
     from cuvil_mlir.eval.measure import random_array
     from cuvil_mlir.runtime.arrays import to_numpy
+    from cuvil_mlir.runtime.generation import CausalLM
     from cuvil_mlir.runtime.signature import as_signature
     from cuvil_mlir.targets import parse_target
 
     target = compiled.select()
     module = next(m for m in compiled.modules if m.target == target)
-    if inputs is None:
-        rng = np.random.default_rng(0)
-        arrays = [random_array(s.shape, s.dtype, rng) for s in compiled.signature.inputs]
+    if isinstance(compiled, CausalLM):
+        function = function or "decode"
+        arrays = compiled.step_arguments(function, position, inputs[0] if inputs else None)
+        model = f"{model} {function}" + ("" if function == "prefill_first" else f" at position {int(arrays[1][0])}")
     else:
-        arrays = as_signature([to_numpy(x) for x in inputs], compiled.signature)
-    compiled.signature.check(arrays)
+        if function not in (None, compiled.metadata.get("function", "main")) or position is not None:
+            raise InputError("--function and --position profile one step of a causal LM's package "
+                             "(cuvil_mlir.compile_causal_lm); this package has one function")
+        function = compiled.metadata.get("function", "main")
+        if inputs is None:
+            rng = np.random.default_rng(0)
+            arrays = [random_array(s.shape, s.dtype, rng) for s in compiled.signature.inputs]
+        else:
+            arrays = as_signature([to_numpy(x) for x in inputs], compiled.signature)
+        compiled.signature.check(arrays)
     sites = compiled.metadata.get("dispatches", {}).get(target)
+    if sites and any("function" in s for s in sites):  # the profiled function's own call sites
+        sites = [s for s in sites if s.get("function") == function]
     with tempfile.TemporaryDirectory(prefix="cuvil-params-", dir=workdir) as tmp:
         archive = None
         if compiled.parameters is not None:  # external weights: the tool reads them from an archive file
             archive = Path(tmp) / "model.irpa"
             with open(archive, "wb") as f:
                 compiled.parameters.write_archive(f, Path(tmp) / "scratch.irpa")
-        timing = measure(module.vmfb, module.driver, arrays, function=compiled.metadata.get("function", "main"),
+        timing = measure(module.vmfb, module.driver, arrays, function=function,
                          repetitions=repetitions, iterations=iterations, runtime_flags=runtime_flags, sites=sites, workdir=workdir,
                          modes=modes, keep_profile=keep_profile, parameters=archive)
     out = join(timing, sites, target=target, peak=parse_target(target).peak(),

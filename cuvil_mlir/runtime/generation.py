@@ -130,6 +130,30 @@ class CausalLM(CompiledModel):
         ids = np.ascontiguousarray(ids.cpu().numpy().astype(np.int64))
         return torch.from_numpy(self._call("decode", [ids, np.array([position], np.int64), np.array([0], np.int64)]))
 
+    def step_arguments(self, function: str = "decode", position: int | None = None, token_ids=None) -> list[np.ndarray]:
+        """Host arrays for one call of ``function`` outside a session (``cuvil profile``, IREE's
+        tools): the token ids (``token_ids``, else zeros), the position (default: the last one
+        the function can run at, the longest cache read), the index of the row whose logits
+        come back, and a zero-filled cache."""
+        if function not in self.functions:
+            raise InputError(f"this package has no function '{function}'; it has {', '.join(self.functions)}")
+        length = 1 if function == "decode" else self.prefill_len
+        if function == "prefill_first":
+            if position not in (None, 0):
+                raise InputError(f"prefill_first runs at position 0, got position {position}")
+        else:
+            position = self.max_seq_len - length if position is None else position
+            if not 0 <= position <= self.max_seq_len - length:
+                raise InputError(f"{function} of {length} token(s) at position {position} runs past the cache "
+                                 f"(max_seq_len {self.max_seq_len}): positions 0..{self.max_seq_len - length}")
+        ids = np.zeros((self.batch, length), np.int64) if token_ids is None else np.asarray(token_ids, np.int64)
+        if ids.shape != (self.batch, length):
+            raise InputError(f"{function} takes token ids of shape [{self.batch}, {length}], got {list(ids.shape)}")
+        index = [np.array([length - 1], np.int64)]
+        if function != "prefill_first":
+            index.insert(0, np.array([position], np.int64))
+        return [ids, *index, *(np.zeros(shape, np.dtype(dtype)) for shape, dtype in self.cache_layout)]
+
     def _call(self, function: str, args: list, read: bool = True) -> np.ndarray | None:
         """One call of ``function`` with ``args`` and the cache; the logits back on the host when
         ``read`` (a prefill chunk before the last only fills the cache)."""

@@ -395,3 +395,37 @@ def test_prefill_first_gets_the_hopper_attention_kernel(arch):
     prefix = {r["tq"]: r for r in records if r.get("prefix")}
     assert set(prefix) == {1, 32} and all(r["kernel"] and r["tkv"] == 64 for r in prefix.values()), records
     assert prefix[1]["splits"] == 1
+
+
+@pytest.mark.slow
+def test_profile_one_decode_step(tmp_path, capsys):
+    """`cuvil profile PKG --function decode`: the step's own dispatches (the package records every
+    function's; the other functions' are left out), timed with a zero cache at a position."""
+    from cuvil_mlir.cli import main as cli_main
+    from cuvil_mlir.eval.profiler import profile_compiled
+
+    torch.manual_seed(0)
+    lm = cuvil_mlir.compile_causal_lm(_config("gpt2").eval(), max_seq_len=MAX_SEQ, batch=BATCH, prefill_len=CHUNK,
+                                      record_dispatches=True)
+    sites = lm.metadata["dispatches"]["cpu"]
+    assert {s["function"] for s in sites} == {"prefill_first", "prefill", "decode"}
+    decode_sites = [s for s in sites if s["function"] == "decode"]
+    args = lm.step_arguments("decode", 40)
+    assert [a.shape for a in args[:3]] == [(BATCH, 1), (1,), (1,)] and int(args[1][0]) == 40
+    assert len(args) == 3 + len(lm.cache_layout) and not any(a.any() for a in args[3:])
+    prof = profile_compiled(lm, repetitions=2, iterations=3, model="lm", position=40)
+    assert prof["model"] == "lm decode at position 40"
+    # every decode call site is accounted for, and nothing of prefill's: a prefill-only dispatch is not timed
+    assert sum(r["calls"] for r in prof["rows"]) == len(decode_sites)
+    assert any("lm_head" in p for r in prof["rows"] for p in r["module_paths"])
+    with pytest.raises(InputError, match="runs past the cache"):
+        lm.step_arguments("prefill", MAX_SEQ - CHUNK + 1)
+    with pytest.raises(InputError, match="no function 'verify'"):
+        lm.step_arguments("verify")
+    path = tmp_path / "lm.cuvilpkg"
+    lm.save(path)
+    assert cli_main(["profile", str(path), "--function", "prefill", "--position", "8", "--repetitions", "1",
+                     "--iterations", "2"]) == 0
+    assert "prefill at position 8" in capsys.readouterr().out
+    assert cli_main(["profile", str(path), "--function", "decode", "--position", "80"]) != 0
+    assert "positions 0..79" in capsys.readouterr().err
