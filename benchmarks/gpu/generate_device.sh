@@ -7,7 +7,7 @@
 # run's process (exit 75) and it starts again with the next item, the faulted target left out of the timing; the
 # first faulted target's smallest reproducer (prefill + one decode) then runs under compute-sanitizer
 # (sanitizer.log). PROFILE=1x128,8x2048: then `cuvil profile` of those timing packages' decode step (profile-*.json);
-# SKIP_RUN=1: only that. DRY=1: a CPU dry run here (packages built with --targets cpu --tiny; torch on the CPU, PY=venv).
+# PHASES=1x128,8x128: a decode step's host-side phases; SKIP_RUN=1: only those. DRY=1: a CPU dry run here (packages built with --targets cpu --tiny; torch on the CPU, PY=venv).
 set -u
 export PYTHONUNBUFFERED=1
 START=$(date +%s); DEADLINE=${DEADLINE:-480}
@@ -43,6 +43,12 @@ if [ -n "$FAULT" ] && [ $LEFT -gt 30 ] && command -v compute-sanitizer >/dev/nul
   timeout -k 5 $LEFT compute-sanitizer --tool memcheck --print-limit 6 $PY benchmarks/gpu/generate_h200.py step $PKGS/$1 "$2" \
     >> $OUT/sanitizer.log 2>&1
   grep -m 12 "Invalid\|Address\|at 0x\|by thread\|step ok\|Error\|=========     Host Frame" $OUT/sanitizer.log | cut -c1-220
+fi
+# PHASES=CASES: a generate loop's decode step split into the call, the read-back and the token choice (step-phases.json)
+LEFT=$((DEADLINE - ($(date +%s) - START) - 10))
+if [ -n "${PHASES:-}" ] && [ $LEFT -gt 40 ]; then
+  timeout -k 10 $LEFT $PY benchmarks/gpu/generate_h200.py phases $PKGS --out $OUT --cases $PHASES > $OUT/phases.log 2>&1
+  echo "phases: exit $?"; grep "^\[\|{" $OUT/phases.log | tail -8 | cut -c1-400
 fi
 # PROFILE=CASES (e.g. 1x128,8x2048): cuvil profile of those timing packages' decode step, per target, with what is left
 LEFT=$((DEADLINE - ($(date +%s) - START) - 10))

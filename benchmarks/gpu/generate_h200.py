@@ -490,6 +490,48 @@ def profile_steps(args) -> None:
                 lm = None
 
 
+def step_phases(args) -> None:
+    """Where a generate loop's decode step goes on the host side (there): per step, the call
+    (``invoke_resident``: the function runs and is waited on), reading the logits back, and
+    choosing the token, medians over ``--steps`` steps after a prefill; one JSON line per case."""
+    import torch
+
+    from cuvil_mlir.runtime.generation import _choose, load
+
+    dir_, scratch = Path(args.dir), Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((dir_ / "manifest.json").read_text())
+    rows = []
+    for case in args.cases.split(","):
+        batch, context = (int(x) for x in case.split("x"))
+        entry = next(p for p in manifest["packages"] if p["kind"] == "timing" and (p["batch"], p["context"]) == (batch, context))
+        lm = load(unpacked(dir_, entry, scratch), verify=False)
+        prompt_ids = torch.randint(0, 1000, (batch, entry["prompt_len"]))
+        logits = lm.prefill(prompt_ids)
+        session = lm._session_with_cache()
+        phases = {"call_ms": [], "read_ms": [], "choose_ms": [], "step_ms": []}
+        position = entry["prompt_len"]
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            token = _choose(torch.as_tensor(logits), False, 1.0, None, None, None)
+            ids = np.ascontiguousarray(token[:, None].numpy().astype(np.int64))
+            t1 = time.perf_counter()
+            views = session.invoke_resident("decode", [ids, np.array([position], np.int64), np.array([0], np.int64), *lm._cache])
+            t2 = time.perf_counter()
+            logits = session.to_host(views[:1])[0]
+            t3 = time.perf_counter()
+            for key, value in (("choose_ms", t1 - t0), ("call_ms", t2 - t1), ("read_ms", t3 - t2), ("step_ms", t3 - t0)):
+                phases[key].append(value * 1e3)
+            position += 1
+        row = {"case": case, "target": lm.active_target, "steps": args.steps, "logits": [list(logits.shape), str(logits.dtype)],
+               **{k: round(statistics.median(v), 3) for k, v in phases.items()},
+               "step_ms_first_last": [round(phases["step_ms"][0], 3), round(phases["step_ms"][-1], 3)]}
+        log(json.dumps(row))
+        rows.append(row)
+        lm = None
+    Path(args.out, "step-phases.json").write_text(json.dumps(rows, indent=1))
+
+
 def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, deadline: float, args, row: dict, flush,
                 skip: set = frozenset()) -> None:
     """One (batch, context): cuvil (each target) and HF eager / static-cache generate, timed in
@@ -639,8 +681,9 @@ def render(data: dict, date: str) -> str:
               f"Context C = the total length: prompt C - {n} random tokens, {n} new tokens (greedy, no early stop); cuvil's "
               "max_seq_len and HF's static cache are C, cuvil prefills the prompt in one call. prefill ms = t(generate 1 new "
               f"token); decode tok/s = batch x {n - 1} / (t(generate {n}) - t(generate 1)); CUDA-synchronized wall time, medians "
-              "of interleaved rounds. Entries: cuvil (the package's first target: Hopper kernels), cuvil_plain (its "
-              "cuda:h200 module), hf_eager (generate, dynamic cache), hf_static_compile (generate with "
+              "of interleaved rounds. Entries: cuvil (the package's first target, cuda:h200{hopper-mode=target-description}: "
+              "IREE's code built for sm_90 plus the Hopper kernels), cuvil_plain (its second, cuda:h200: the same kernels, "
+              "IREE's code built for sm_89 and JIT-compiled by the driver; not IREE's codegen alone), hf_eager (generate, dynamic cache), hf_static_compile (generate with "
               "cache_implementation=\"static\": HF compiles the decode step with torch.compile, reduce-overhead). Weights: "
               "one random 64x64 sign block tiled over each matrix (timing does not depend on values; greedy tokens are then "
               "mostly ties, so token equality there is no check). prefill function: the package's function(s) that "
@@ -708,8 +751,15 @@ def main() -> None:
     f.add_argument("--position", type=int, default=None, help="default: the function's last")
     f.add_argument("--deadline", type=float, default=240)
     f.add_argument("--scratch", default="/tmp/gen-pkgs")
+    ph = sub.add_parser("phases", help="a decode step's host-side phases in a generate loop (there)")
+    ph.add_argument("dir")
+    ph.add_argument("--out", required=True)
+    ph.add_argument("--cases", default="1x128,8x128")
+    ph.add_argument("--steps", type=int, default=30)
+    ph.add_argument("--scratch", default="/tmp/gen-pkgs")
     args = p.parse_args()
-    {"build": build, "run": run, "report": report, "step": step, "profile": profile_steps}[args.cmd](args)
+    {"build": build, "run": run, "report": report, "step": step, "profile": profile_steps,
+     "phases": step_phases}[args.cmd](args)
 
 
 if __name__ == "__main__":
