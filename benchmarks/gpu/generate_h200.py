@@ -525,7 +525,9 @@ def step_phases(args) -> None:
             position += 1
         row = {"case": case, "target": lm.active_target, "steps": args.steps, "logits": [list(logits.shape), str(logits.dtype)],
                **{k: round(statistics.median(v), 3) for k, v in phases.items()},
-               "step_ms_first_last": [round(phases["step_ms"][0], 3), round(phases["step_ms"][-1], 3)]}
+               "step_ms_first_last": [round(phases["step_ms"][0], 3), round(phases["step_ms"][-1], 3)],
+               # what to_host copies: the view's bytes, or a longer buffer under it
+               "logits_view_bytes": views[0].byte_length, "logits_buffer_bytes": views[0].get_buffer().byte_length()}
         log(json.dumps(row))
         rows.append(row)
         lm = None
