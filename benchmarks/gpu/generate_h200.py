@@ -523,7 +523,16 @@ def step_phases(args) -> None:
             for key, value in (("choose_ms", t1 - t0), ("call_ms", t2 - t1), ("read_ms", t3 - t2), ("step_ms", t3 - t0)):
                 phases[key].append(value * 1e3)
             position += 1
-        row = {"case": case, "target": lm.active_target, "steps": args.steps, "logits": [list(logits.shape), str(logits.dtype)],
+        api = []  # the same steps through the public API (CausalLM.decode + the greedy choice)
+        for _ in range(min(args.steps, lm.max_seq_len - position)):
+            t0 = time.perf_counter()
+            logits = lm.decode(_choose(torch.as_tensor(logits), False, 1.0, None, None, None)[:, None], position)
+            api.append((time.perf_counter() - t0) * 1e3)
+            position += 1
+        t0 = time.perf_counter()
+        lm.generate(prompt_ids, max_new_tokens=min(16, lm.max_seq_len - entry["prompt_len"]))
+        row = {"case": case, "target": lm.active_target, "steps": args.steps, "api_step_ms": round(statistics.median(api), 3) if api else None,
+               "generate_16_ms": round((time.perf_counter() - t0) * 1e3, 1), "logits": [list(logits.shape), str(logits.dtype)],
                **{k: round(statistics.median(v), 3) for k, v in phases.items()},
                "step_ms_first_last": [round(phases["step_ms"][0], 3), round(phases["step_ms"][-1], 3)],
                # what to_host copies: the view's bytes, or a longer buffer under it
