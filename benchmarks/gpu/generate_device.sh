@@ -47,7 +47,7 @@ fi
 # PHASES=CASES: a generate loop's decode step split into the call, the read-back and the token choice (step-phases.json)
 LEFT=$((DEADLINE - ($(date +%s) - START) - 10))
 if [ -n "${PHASES:-}" ] && [ $LEFT -gt 40 ]; then
-  timeout -k 10 $LEFT $PY benchmarks/gpu/generate_h200.py phases $PKGS --out $OUT --cases $PHASES > $OUT/phases.log 2>&1
+  timeout -k 10 $LEFT $PY benchmarks/gpu/generate_h200.py phases $PKGS --out $OUT --cases $PHASES --steps ${PHASE_STEPS:-14} > $OUT/phases.log 2>&1
   echo "phases: exit $?"; grep "^\[\|{" $OUT/phases.log | tail -8 | cut -c1-400
 fi
 # PROFILE=CASES (e.g. 1x128,8x2048): cuvil profile of those timing packages' decode step, per target, with what is left

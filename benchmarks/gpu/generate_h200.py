@@ -509,8 +509,17 @@ def step_phases(args) -> None:
         prompt_ids = torch.randint(0, 1000, (batch, entry["prompt_len"]))
         logits = lm.prefill(prompt_ids)
         session = lm._session_with_cache()
-        phases = {"call_ms": [], "read_ms": [], "choose_ms": [], "step_ms": []}
+        torch_calls = []  # the token chosen by torch's argmax instead (what _choose did before 2026-12-06)
         position = entry["prompt_len"]
+        for _ in range(args.steps // 2):
+            token = torch.as_tensor(logits).float().argmax(dim=-1)
+            ids = np.ascontiguousarray(token[:, None].numpy().astype(np.int64))
+            t1 = time.perf_counter()
+            views = session.invoke_resident("decode", [ids, np.array([position], np.int64), np.array([0], np.int64), *lm._cache])
+            torch_calls.append((time.perf_counter() - t1) * 1e3)
+            logits = session.to_host(views[:1])[0]
+            position += 1
+        phases = {"call_ms": [], "read_ms": [], "choose_ms": [], "step_ms": []}
         for _ in range(args.steps):
             t0 = time.perf_counter()
             token = _choose(torch.as_tensor(logits), False, 1.0, None, None, None)
@@ -534,13 +543,26 @@ def step_phases(args) -> None:
         row = {"case": case, "target": lm.active_target, "steps": args.steps, "api_step_ms": round(statistics.median(api), 3) if api else None,
                "generate_16_ms": round((time.perf_counter() - t0) * 1e3, 1), "logits": [list(logits.shape), str(logits.dtype)],
                **{k: round(statistics.median(v), 3) for k, v in phases.items()},
-               "step_ms_first_last": [round(phases["step_ms"][0], 3), round(phases["step_ms"][-1], 3)],
+               "call_ms_after_torch_argmax": round(statistics.median(torch_calls), 3),
+               "call_ms_after_torch_argmax_each": [round(v, 2) for v in torch_calls],
+               "call_ms_each": [round(v, 2) for v in phases["call_ms"]], "api_ms_each": [round(v, 2) for v in api],
+               "sm_clock_after": _sm_clock(),
                # what to_host copies: the view's bytes, or a longer buffer under it
                "logits_view_bytes": views[0].byte_length, "logits_buffer_bytes": views[0].get_buffer().byte_length()}
         log(json.dumps(row))
         rows.append(row)
         lm = None
     Path(args.out, "step-phases.json").write_text(json.dumps(rows, indent=1))
+
+
+def _sm_clock() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "-"
 
 
 def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, deadline: float, args, row: dict, flush,

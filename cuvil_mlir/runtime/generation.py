@@ -217,12 +217,20 @@ def _as_list(value) -> list[int]:
 
 def _choose(logits, do_sample: bool, temperature: float, top_k, top_p, generator):
     """The next token per row: argmax, or a sample as transformers' warpers draw it
-    (temperature, then top-k, then top-p)."""
+    (temperature, then top-k, then top-p). Greedy is numpy's argmax (the first maximum, as torch's):
+    torch's would run its intra-op thread pool for a batch's [B, vocab] logits, whose threads then
+    spin on the host's cores while the next step's call waits on the GPU; measured on an H100
+    (benchmarks/results/generate-h100-2026-12-06.md), that made about two of three batch-8 decode
+    calls take ~7 ms instead of ~2."""
     import torch
 
-    logits = logits.float()
     if not do_sample:
-        return logits.argmax(dim=-1)
+        if isinstance(logits, torch.Tensor):
+            host = (logits.float() if logits.dtype == torch.bfloat16 else logits).detach().cpu().numpy()
+        else:
+            host = np.asarray(logits)
+        return torch.from_numpy(np.argmax(host.astype(np.float32, copy=False), axis=-1).astype(np.int64))
+    logits = logits.float()
     if temperature <= 0:
         raise InputError(f"temperature must be > 0, got {temperature}")
     logits = logits / temperature
