@@ -217,11 +217,11 @@ def _as_list(value) -> list[int]:
 
 def _choose(logits, do_sample: bool, temperature: float, top_k, top_p, generator):
     """The next token per row: argmax, or a sample as transformers' warpers draw it
-    (temperature, then top-k, then top-p). Greedy is numpy's argmax (the first maximum, as torch's):
-    torch's would run its intra-op thread pool for a batch's [B, vocab] logits, whose threads then
-    spin on the host's cores while the next step's call waits on the GPU; measured on an H100
-    (benchmarks/results/generate-h100-2026-12-06.md), that made about two of three batch-8 decode
-    calls take ~7 ms instead of ~2."""
+    (temperature, then top-k, then top-p). Greedy is numpy's argmax on one host thread (the first
+    maximum, as torch's): torch's runs its intra-op thread pool over a batch's [B, vocab] logits,
+    whose threads then spin while the next call waits on the GPU, a suspect for the bimodal batch-8
+    decode calls on the GPU (docs/generation.md, "Not done yet"; benchmarks/gpu/generate_h200.py
+    ``phases`` times both). Same tokens; on the CPU the same decode rate within noise."""
     import torch
 
     if not do_sample:
