@@ -285,12 +285,9 @@ def dispatch_sites(module: ir.Module | bytes, flags: list[str], *, input_type: s
         sites = []
         for op in flow.body.operations:
             if op.operation.name in ("util.func", "func.func"):
-                start = len(sites)
-                _walk_dispatches(op.operation, flops, sites)
                 # the exported function that makes the call (IREE's "$async" body of a public function)
                 name = str(op.operation.attributes["sym_name"]).strip('"').removesuffix("$async")
-                for site in sites[start:]:
-                    site["function"] = name
+                _walk_dispatches(op.operation, flops, sites, name)
     for site in sites:
         if site["key"] in kernel_flops:  # a prebuilt kernel (hal.dispatch.extern): no loop nest to count
             site["flops"] = kernel_flops[site["key"]]
@@ -314,19 +311,19 @@ def _kernel_flops(record: dict) -> int:
     return 0
 
 
-def _walk_dispatches(op, flops: dict, sites: list) -> None:
+def _walk_dispatches(op, flops: dict, sites: list, function: str) -> None:
     for region in op.regions:
         for block in region.blocks:
             for inner in block.operations:
                 inner = inner.operation
                 if inner.name != "flow.dispatch":
-                    _walk_dispatches(inner, flops, sites)
+                    _walk_dispatches(inner, flops, sites, function)
                     continue
                 for ref in inner.attributes["entry_points"]:
                     key = str(ref).rsplit("::@", 1)[-1].strip('"@')
                     reads = [_tensor(v.type) for v in inner.operands if _tensor(v.type)]
                     writes = [_tensor(r.type) for r in inner.results if _tensor(r.type)]
-                    sites.append({"key": key, "location": str(inner.location), "reads": reads, "writes": writes,
+                    sites.append({"key": key, "function": function, "location": str(inner.location), "reads": reads, "writes": writes,
                                   "bytes": sum(_nbytes(t) for t in reads + writes), "flops": flops.get(key, 0)})
 
 

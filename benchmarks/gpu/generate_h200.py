@@ -467,7 +467,7 @@ def profile_steps(args) -> None:
     stop = time.monotonic() + args.deadline
     for case in args.cases.split(","):
         batch, context = (int(x) for x in case.split("x"))
-        entry = next((p for p in manifest["packages"] if p["kind"] == "timing" and (p["batch"], p["context"]) == (batch, context)), None)
+        entry = _timing_entry(manifest, batch, context)
         if entry is None:
             log(f"profile {case}: no timing package")
             continue
@@ -496,7 +496,7 @@ def step_phases(args) -> None:
     choosing the token, medians over ``--steps`` steps after a prefill; one JSON line per case."""
     import torch
 
-    from cuvil_mlir.runtime.generation import _choose, load
+    from cuvil_mlir.runtime.generation import _choose, _step_inputs, load
 
     dir_, scratch = Path(args.dir), Path(args.scratch)
     scratch.mkdir(parents=True, exist_ok=True)
@@ -504,18 +504,25 @@ def step_phases(args) -> None:
     rows = []
     for case in args.cases.split(","):
         batch, context = (int(x) for x in case.split("x"))
-        entry = next(p for p in manifest["packages"] if p["kind"] == "timing" and (p["batch"], p["context"]) == (batch, context))
+        entry = _timing_entry(manifest, batch, context)
+        if entry is None:
+            log(f"phases {case}: no timing package")
+            continue
         lm = load(unpacked(dir_, entry, scratch), verify=False)
         prompt_ids = torch.randint(0, 1000, (batch, entry["prompt_len"]))
         logits = lm.prefill(prompt_ids)
         session = lm._session_with_cache()
+
+        def call(token, position):  # one decode call, what CausalLM.decode passes, its results left on the device
+            ids = np.ascontiguousarray(token[:, None].numpy().astype(np.int64))
+            return session.invoke_resident("decode", [*_step_inputs("decode", ids, position, 0), *lm._cache])
+
         torch_calls = []  # the token chosen by torch's argmax instead (what _choose did before 2026-12-06)
         position = entry["prompt_len"]
         for _ in range(args.steps // 2):
             token = torch.as_tensor(logits).float().argmax(dim=-1)
-            ids = np.ascontiguousarray(token[:, None].numpy().astype(np.int64))
             t1 = time.perf_counter()
-            views = session.invoke_resident("decode", [ids, np.array([position], np.int64), np.array([0], np.int64), *lm._cache])
+            views = call(token, position)
             torch_calls.append((time.perf_counter() - t1) * 1e3)
             logits = session.to_host(views[:1])[0]
             position += 1
@@ -523,9 +530,8 @@ def step_phases(args) -> None:
         for _ in range(args.steps):
             t0 = time.perf_counter()
             token = _choose(torch.as_tensor(logits), False, 1.0, None, None, None)
-            ids = np.ascontiguousarray(token[:, None].numpy().astype(np.int64))
             t1 = time.perf_counter()
-            views = session.invoke_resident("decode", [ids, np.array([position], np.int64), np.array([0], np.int64), *lm._cache])
+            views = call(token, position)
             t2 = time.perf_counter()
             logits = session.to_host(views[:1])[0]
             t3 = time.perf_counter()
@@ -553,6 +559,10 @@ def step_phases(args) -> None:
         rows.append(row)
         lm = None
     Path(args.out, "step-phases.json").write_text(json.dumps(rows, indent=1))
+
+
+def _timing_entry(manifest: dict, batch: int, context: int) -> dict | None:
+    return next((p for p in manifest["packages"] if p["kind"] == "timing" and (p["batch"], p["context"]) == (batch, context)), None)
 
 
 def _sm_clock() -> str:

@@ -103,9 +103,8 @@ class CausalLM(CompiledModel):
             piece = ids[:, start:start + chunk]
             if piece.shape[1] < chunk:  # a prompt shorter than a chunk: pad its end
                 piece = np.concatenate([piece, np.zeros((self.batch, chunk - piece.shape[1]), np.int64)], axis=1)
-            last = np.array([min(length, start + chunk) - 1 - start], np.int64)
-            args = [piece, last] if function == "prefill_first" else [piece, np.array([start], np.int64), last]
-            logits = self._call(function, args, read=start == calls[-1][1])
+            last = min(length, start + chunk) - 1 - start
+            logits = self._call(function, _step_inputs(function, piece, start, last), read=start == calls[-1][1])
         return torch.from_numpy(logits)
 
     def prefill_calls(self, length: int) -> list[tuple[str, int]]:
@@ -128,7 +127,7 @@ class CausalLM(CompiledModel):
         if not 0 <= position < self.max_seq_len:
             raise InputError(f"decode position {position} is outside the cache (max_seq_len {self.max_seq_len})")
         ids = np.ascontiguousarray(ids.cpu().numpy().astype(np.int64))
-        return torch.from_numpy(self._call("decode", [ids, np.array([position], np.int64), np.array([0], np.int64)]))
+        return torch.from_numpy(self._call("decode", _step_inputs("decode", ids, position, 0)))
 
     def step_arguments(self, function: str = "decode", position: int | None = None, token_ids=None) -> list[np.ndarray]:
         """Host arrays for one call of ``function`` outside a session (``cuvil profile``, IREE's
@@ -149,10 +148,8 @@ class CausalLM(CompiledModel):
         ids = np.zeros((self.batch, length), np.int64) if token_ids is None else np.asarray(token_ids, np.int64)
         if ids.shape != (self.batch, length):
             raise InputError(f"{function} takes token ids of shape [{self.batch}, {length}], got {list(ids.shape)}")
-        index = [np.array([length - 1], np.int64)]
-        if function != "prefill_first":
-            index.insert(0, np.array([position], np.int64))
-        return [ids, *index, *(np.zeros(shape, np.dtype(dtype)) for shape, dtype in self.cache_layout)]
+        return [*_step_inputs(function, ids, position, length - 1),
+                *(np.zeros(shape, np.dtype(dtype)) for shape, dtype in self.cache_layout)]
 
     def _call(self, function: str, args: list, read: bool = True) -> np.ndarray | None:
         """One call of ``function`` with ``args`` and the cache; the logits back on the host when
@@ -207,6 +204,13 @@ def load(path, prefer=None, *, verify: bool = True, parameters=None):
     lm = CausalLM(modules, metadata, prefer=prefer, parameters=parameters)
     lm.select()
     return lm
+
+
+def _step_inputs(function: str, ids: np.ndarray, position: int, last: int) -> list[np.ndarray]:
+    """A step's inputs before the cache: the token ids, the position (not for ``prefill_first``,
+    which runs at 0) and the index of the token whose logits come back."""
+    index = [np.array([last], np.int64)]
+    return [ids, *index] if function == "prefill_first" else [ids, np.array([position], np.int64), *index]
 
 
 def _as_list(value) -> list[int]:
