@@ -373,3 +373,48 @@ func.func @prefix(%q: !torch.vtensor<[2,4,3,64],f16>, %kc: !torch.vtensor<[2,2,3
   %o = "cuvil.attention"(%q, %kr, %vr, %mask) {is_causal = false, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1>} : (!torch.vtensor<[2,4,3,64],f16>, !torch.vtensor<[2,4,?,64],f16>, !torch.vtensor<[2,4,?,64],f16>, !torch.vtensor<[2,1,3,?],i1>) -> !torch.vtensor<[2,4,3,64],f16>
   return %o : !torch.vtensor<[2,4,3,64],f16>
 }
+
+// -----
+
+// The same chain with a strict mask (key < position: a query does not see its own key) is not the
+// causal-offset form the prefix kernel computes: the op stays for IREE's codegen.
+// CHECK-LABEL: func.func @prefix_strict_mask
+// CHECK-NOT:     call @cuvil_kernel
+// CHECK:         "cuvil.attention"
+// LOWERED-LABEL: func.func @prefix_strict_mask
+// LOWERED-NOT:   cuvil_kernel_attention
+func.func @prefix_strict_mask(%q: !torch.vtensor<[2,4,3,64],f16>, %kc: !torch.vtensor<[2,2,32,64],f16>, %vc: !torch.vtensor<[2,2,32,64],f16>, %pos: !torch.vtensor<[1],si64>) -> !torch.vtensor<[2,4,3,64],f16> {
+  %none = torch.constant.none
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int3 = torch.constant.int 3
+  %int4 = torch.constant.int 4
+  %int64 = torch.constant.int 64
+  %false = torch.constant.bool false
+  %cpu = torch.constant.device "cpu"
+  %p = torch.aten.Int.Tensor %pos : !torch.vtensor<[1],si64> -> !torch.int
+  %end = torch.aten.add.int %p, %int3 : !torch.int, !torch.int -> !torch.int
+  %steps = torch.aten.arange.start_step %int0, %int3, %int1, %int4, %int0, %cpu, %false : !torch.int, !torch.int, !torch.int, !torch.int, !torch.int, !torch.Device, !torch.bool -> !torch.vtensor<[3],si64>
+  %qpos = torch.aten.add.Tensor %pos, %steps, %int1 : !torch.vtensor<[1],si64>, !torch.vtensor<[3],si64>, !torch.int -> !torch.vtensor<[3],si64>
+  %keys = torch.aten.arange.start_step %int0, %end, %int1, %int4, %int0, %cpu, %false : !torch.int, !torch.int, !torch.int, !torch.int, !torch.int, !torch.Device, !torch.bool -> !torch.vtensor<[?],si64>
+  %k2 = torch.aten.unsqueeze %keys, %int0 : !torch.vtensor<[?],si64>, !torch.int -> !torch.vtensor<[1,?],si64>
+  %q2 = torch.aten.unsqueeze %qpos, %int1 : !torch.vtensor<[3],si64>, !torch.int -> !torch.vtensor<[3,1],si64>
+  %lt = torch.aten.lt.Tensor %k2, %q2 : !torch.vtensor<[1,?],si64>, !torch.vtensor<[3,1],si64> -> !torch.vtensor<[3,?],i1>
+  %m3 = torch.aten.unsqueeze %lt, %int0 : !torch.vtensor<[3,?],i1>, !torch.int -> !torch.vtensor<[1,3,?],i1>
+  %m4 = torch.aten.unsqueeze %m3, %int1 : !torch.vtensor<[1,3,?],i1>, !torch.int -> !torch.vtensor<[1,1,3,?],i1>
+  %ml = torch.prim.ListConstruct %int2, %int1, %int3, %end : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %mask = torch.aten.broadcast_to %m4, %ml : !torch.vtensor<[1,1,3,?],i1>, !torch.list<int> -> !torch.vtensor<[2,1,3,?],i1>
+  %ks = torch.aten.slice.Tensor %kc, %int2, %none, %end, %int1 : !torch.vtensor<[2,2,32,64],f16>, !torch.int, !torch.none, !torch.int, !torch.int -> !torch.vtensor<[2,2,?,64],f16>
+  %vs = torch.aten.slice.Tensor %vc, %int2, %none, %end, %int1 : !torch.vtensor<[2,2,32,64],f16>, !torch.int, !torch.none, !torch.int, !torch.int -> !torch.vtensor<[2,2,?,64],f16>
+  %l5 = torch.prim.ListConstruct %int2, %int2, %int2, %end, %int64 : (!torch.int, !torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %l4 = torch.prim.ListConstruct %int2, %int4, %end, %int64 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %ku = torch.aten.unsqueeze %ks, %int2 : !torch.vtensor<[2,2,?,64],f16>, !torch.int -> !torch.vtensor<[2,2,1,?,64],f16>
+  %kb = torch.aten.broadcast_to %ku, %l5 : !torch.vtensor<[2,2,1,?,64],f16>, !torch.list<int> -> !torch.vtensor<[2,2,2,?,64],f16>
+  %kr = torch.aten.view %kb, %l4 : !torch.vtensor<[2,2,2,?,64],f16>, !torch.list<int> -> !torch.vtensor<[2,4,?,64],f16>
+  %vu = torch.aten.unsqueeze %vs, %int2 : !torch.vtensor<[2,2,?,64],f16>, !torch.int -> !torch.vtensor<[2,2,1,?,64],f16>
+  %vb = torch.aten.broadcast_to %vu, %l5 : !torch.vtensor<[2,2,1,?,64],f16>, !torch.list<int> -> !torch.vtensor<[2,2,2,?,64],f16>
+  %vr = torch.aten.view %vb, %l4 : !torch.vtensor<[2,2,2,?,64],f16>, !torch.list<int> -> !torch.vtensor<[2,4,?,64],f16>
+  %o = "cuvil.attention"(%q, %kr, %vr, %mask) {is_causal = false, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1>} : (!torch.vtensor<[2,4,3,64],f16>, !torch.vtensor<[2,4,?,64],f16>, !torch.vtensor<[2,4,?,64],f16>, !torch.vtensor<[2,1,3,?],i1>) -> !torch.vtensor<[2,4,3,64],f16>
+  return %o : !torch.vtensor<[2,4,3,64],f16>
+}
