@@ -241,7 +241,7 @@ def test_strided_kernel_function_computes_what_the_op_did():
     from cuvil_mlir.targets import iree, parse_target
 
     lit = Path(__file__).parents[1] / "lowering" / "kernels" / "lower-cuvil-to-kernels.mlir"
-    (text,) = [chunk for chunk in lit.read_text().split("// -----") if "func.func @strided" in chunk]
+    (text,) = [chunk for chunk in lit.read_text().split("// -----") if "func.func @strided(" in chunk]
     cpu, registry = parse_target("cpu"), builtin_registry()
     y = np.random.default_rng(0).standard_normal((2, 16, 512)).astype(np.float16)
     outs = []
@@ -359,7 +359,7 @@ def test_prefix_kernel_function_computes_what_the_op_did():
     from cuvil_mlir.targets import iree, parse_target
 
     lit = Path(__file__).parents[1] / "lowering" / "kernels" / "lower-cuvil-to-kernels.mlir"
-    (text,) = [chunk for chunk in lit.read_text().split("// -----") if "func.func @prefix" in chunk]
+    (text,) = [chunk for chunk in lit.read_text().split("// -----") if "func.func @prefix(" in chunk]
     cpu, registry = parse_target("cpu"), builtin_registry()
     sessions = []
     for passes in (["lower-cuvil-to-torch"], ["lower-cuvil-to-kernels", "lower-cuvil-to-torch"]):
