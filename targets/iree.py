@@ -14,6 +14,7 @@ import shlex
 from cuvil_mlir.core import params, repro
 from cuvil_mlir.core.diagnostics import CompileError
 from cuvil_mlir.core.ir import ir, module_to_bytecode
+from cuvil_mlir.core.patterns import BARRIER_OP
 
 
 def serialize(module: ir.Module) -> bytes:
@@ -38,20 +39,18 @@ def compile_to_vmfb(module: ir.Module, flags: list[str], *, input_type: str = "t
     lower-cuvil-to-kernels declared, in IREE's context (materialize_kernels); what it chose per
     function is appended to ``report``. The keys of the external parameters the module
     reads (core/params.py) are added to ``parameters``."""
-    from iree.compiler import CompilerToolError, compile_str
+    from iree.compiler import CompilerToolError
 
-    data = serialize(module)
-    if kernels is not None:
-        data = materialize_kernels(data, kernels, report if report is not None else [])
-    data = externalize_parameters(data, parameters if parameters is not None else set())
+    data = iree_input(serialize(module), kernels, report if report is not None else [],
+                      parameters if parameters is not None else set())
     try:
-        return compile_str(data, input_type=input_type, extra_args=list(flags))
+        return _compile(data, input_type, list(flags))
     except CompilerToolError as e:
         first = _first_error(str(e))
 
         def still_fails(small: bytes) -> bool:  # the same first error without the weights
             try:
-                compile_str(small, input_type=input_type, extra_args=list(flags))
+                _compile(small, input_type, list(flags))
             except CompilerToolError as again:
                 return _first_error(str(again)) == first
             return False
@@ -60,6 +59,117 @@ def compile_to_vmfb(module: ir.Module, flags: list[str], *, input_type: str = "t
         # quoted: a flag may carry an attribute (a #hal.device.target with spaces, quotes, <>, |)
         cmd = shlex.join(["iree-compile", path, f"--iree-input-type={input_type}", *flags, "-o", "out.vmfb"]) if path else None
         raise CompileError(f"IREE failed to compile the module: {first}" + (f" ({note})" if note else ""), repro=cmd) from e
+
+
+def _compile(data: bytes, input_type: str, flags: list[str]) -> bytes:
+    """IREE's compile of the module (bytecode or text) with ``flags`` (a ``--compile-to`` among
+    them stops early). A module that writes an argument in place (``torch.overwrite.tensor.contents``:
+    compile_causal_lm's KV cache) is compiled in two steps around ``tie_written_arguments``."""
+    from iree.compiler import compile_str
+
+    if b"overwrite.tensor.contents" not in data:
+        return compile_str(data, input_type=input_type, extra_args=flags)
+    staged = compile_str(data, input_type=input_type, extra_args=[*flags, "--compile-to=input", "--emit-mlir-bytecode"])
+    return compile_str(tie_written_arguments(staged), input_type="none", extra_args=[*flags, "--compile-from=input"])
+
+
+def tie_written_arguments(data: bytes) -> bytes:
+    """IREE's input-phase module (bytecode or text) with each argument a function writes in
+    place tied after the function's barrier instead of before it.
+
+    IREE's torch input turns ``torch.overwrite.tensor.contents %v overwrites %arg`` into
+    ``%a = hal.tensor.alias %v to %arg`` joined into the ``hal.tensor.barrier`` that signals the
+    call's fence. The barrier's results get an allocation of their own, so IREE 3.13 copies the
+    whole written tensor into it every call (GPT-2 decode at 2080 cache slots: 153 MB of cache
+    copied per token, about half the step on the CPU), although ``%v`` was already computed in
+    the argument's buffer. Here the barrier joins ``%v`` itself and the alias ties the barrier's
+    result to the argument after it (kept by an optimization barrier): the fence still waits for
+    the write, and the value stays where it was written (no copy)."""
+    from iree.compiler import ir as iree_ir
+
+    with iree_ir.Context(), iree_ir.Location.unknown():
+        module = iree_ir.Module.parse(data)
+        aliases: list = []
+        _collect_ops(module.operation, "hal.tensor.alias", aliases)
+        moved = 0
+        for alias in aliases:
+            uses = list(alias.results[0].uses)
+            if len(uses) != 1 or uses[0].owner.name != "hal.tensor.barrier":
+                continue
+            barrier, index = uses[0].owner, uses[0].operand_number
+            barrier.operands[index] = alias.operands[0]
+            alias.move_after(barrier)
+            alias.operands[0] = barrier.results[index]
+            with iree_ir.InsertionPoint(alias):  # created detached, IREE's bindings crash: insert, then reorder
+                keep = iree_ir.Operation.create("util.optimization_barrier", results=[alias.results[0].type],
+                                                operands=[alias.results[0]], loc=alias.location)
+            alias.move_before(keep)
+            moved += 1
+        return _bytecode_or_text(module) if moved else data
+
+
+def _collect_ops(op, name: str, out: list) -> None:
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                if inner.name == name:
+                    out.append(inner)
+                else:
+                    _collect_ops(inner, name, out)
+
+
+def iree_input(data: bytes, kernels, report: list, parameters: set) -> bytes:
+    """The lowered module (bytecode or text) as IREE takes it: the ops torch-mlir's context
+    cannot spell, written there as stand-ins, replaced by IREE's own: kernel functions
+    (``kernels``, what it chose appended to ``report``), optimization barriers, parameter
+    references (their keys added to ``parameters``)."""
+    if kernels is not None:
+        data = materialize_kernels(data, kernels, report)
+    data = materialize_barriers(data)
+    return externalize_parameters(data, parameters)
+
+
+def materialize_barriers(data: bytes) -> bytes:
+    """The module (bytecode or text) with each barrier stand-in of core/patterns.py,
+    ``torch.operator "cuvil.optimization_barrier"(%x)``, replaced by IREE's
+    ``util.optimization_barrier`` on the builtin tensor::
+
+        %t = torch_c.to_builtin_tensor %x : !torch.vtensor<...> -> tensor<...>
+        %b = util.optimization_barrier %t : tensor<...>
+        %y = torch_c.from_builtin_tensor %b : tensor<...> -> !torch.vtensor<...>
+
+    A module without stand-ins is returned as it is."""
+    if BARRIER_OP.encode() not in data:
+        return data
+    from iree.compiler import ir as iree_ir
+
+    with iree_ir.Context(), iree_ir.Location.unknown():
+        module = iree_ir.Module.parse(data)
+        stand_ins = []
+        _collect_operators(module.operation, lambda op: iree_ir.StringAttr(op.attributes["name"]).value == BARRIER_OP, stand_ins)
+        for op in stand_ins:
+            vtensor = op.results[0].type
+            builtin = iree_ir.Type.parse(_builtin_tensor_text(vtensor, "optimization barrier"))
+            with iree_ir.InsertionPoint(op), op.location:
+                plain = iree_ir.Operation.create("torch_c.to_builtin_tensor", results=[builtin], operands=[op.operands[0]])
+                held = iree_ir.Operation.create("util.optimization_barrier", results=[builtin], operands=[plain.result])
+                value = iree_ir.Operation.create("torch_c.from_builtin_tensor", results=[vtensor], operands=[held.result])
+            op.results[0].replace_all_uses_with(value.result)
+            op.erase()
+        return _bytecode_or_text(module)
+
+
+def _collect_operators(op, keep, out: list) -> None:
+    """Every ``torch.operator`` nested in ``op`` that ``keep`` accepts, in order."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                if inner.name == "torch.operator" and "name" in inner.attributes and keep(inner):
+                    out.append(inner)
+                else:
+                    _collect_operators(inner, keep, out)
 
 
 def externalize_parameters(data: bytes, keys: set) -> bytes:
@@ -80,7 +190,7 @@ def externalize_parameters(data: bytes, keys: set) -> bytes:
     with iree_ir.Context(), iree_ir.Location.unknown():
         module = iree_ir.Module.parse(data)
         references = []
-        _collect_references(module.operation, references)
+        _collect_operators(module.operation, lambda op: params.KEY_ATTR in op.attributes, references)
         symbols: dict[str, tuple[str, object]] = {}  # key -> (global name, builtin tensor type)
         for op in references:
             if not list(op.results[0].uses):
@@ -101,28 +211,22 @@ def externalize_parameters(data: bytes, keys: set) -> bytes:
         return _bytecode_or_text(module)
 
 
-def _collect_references(op, out: list) -> None:
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = inner.operation
-                if inner.name == "torch.operator" and params.KEY_ATTR in inner.attributes:
-                    out.append(inner)
-                else:
-                    _collect_references(inner, out)
-
-
-_VTENSOR = re.compile(r"^!torch\.vtensor<\[([\d,]*)\],([a-z]+\d*)>$")
+_VTENSOR = re.compile(r"^!torch\.vtensor<\[([\d,?]*)\],([a-z]+\d*)>$")
 _BUILTIN_ELEMENT = {"si64": "i64", "si32": "i32", "si16": "i16", "si8": "i8", "ui8": "i8"}
+
+
+def _builtin_tensor_text(vtensor_type, what: str, *, static: bool = False) -> str:
+    """The builtin tensor type (text) of a ranked ``!torch.vtensor`` type."""
+    m = _VTENSOR.match(str(vtensor_type))
+    if m is None or (static and "?" in m.group(1)):
+        raise CompileError(f"{what} has type {vtensor_type}: expected a {'static ' if static else ''}ranked !torch.vtensor")
+    dims = [d for d in m.group(1).split(",") if d]
+    return f"tensor<{''.join(d + 'x' for d in dims)}{_BUILTIN_ELEMENT.get(m.group(2), m.group(2))}>"
 
 
 def _declare_parameter(iree_ir, module, key: str, vtensor_type, index: int):
     """A ``util.global`` for parameter ``key`` at the top of ``module``: (its name, its tensor type)."""
-    m = _VTENSOR.match(str(vtensor_type))
-    if m is None:
-        raise CompileError(f"external parameter '{key}' has type {vtensor_type}: expected a static !torch.vtensor")
-    dims = [d for d in m.group(1).split(",") if d]
-    tensor_text = f"tensor<{''.join(d + 'x' for d in dims)}{_BUILTIN_ELEMENT.get(m.group(2), m.group(2))}>"
+    tensor_text = _builtin_tensor_text(vtensor_type, f"external parameter '{key}'", static=True)
     name = f"__cuvil_param_{index}"
     quoted = key.replace("\\", "\\\\").replace('"', '\\"')
     with iree_ir.InsertionPoint.at_block_begin(module.body):
@@ -260,19 +364,17 @@ def dispatch_sites(module: ir.Module | bytes, flags: list[str], *, input_type: s
     materialized first, so the sites are those of the module that runs (IREE numbers its
     dispatches in order: without the externs every later name would differ). Plain data: IREE's
     IR objects stay in this module."""
-    from iree.compiler import CompilerToolError, compile_str
+    from iree.compiler import CompilerToolError
     from iree.compiler import ir as iree_ir
 
     data = module if isinstance(module, bytes) else serialize(module)
     records: list[dict] = []
-    if kernels is not None:
-        data = materialize_kernels(data, kernels, records)
+    data = iree_input(data, kernels, records, set())
     kernel_flops = {r["kernel"]: _kernel_flops(r) for r in records if r.get("kernel")}
-    data = externalize_parameters(data, set())
     keep = [f for f in flags if not f.startswith("--iree-opt-level")] + [f for f in flags if f.startswith("--iree-opt-level")]
     try:
-        text = compile_str(data, input_type=input_type, extra_args=[*keep, "--compile-to=flow", "--mlir-print-debuginfo",
-                                                                     "--mlir-elide-elementsattrs-if-larger=8"])
+        text = _compile(data, input_type, [*keep, "--compile-to=flow", "--mlir-print-debuginfo",
+                                           "--mlir-elide-elementsattrs-if-larger=8"])
     except CompilerToolError as e:
         raise CompileError(f"IREE failed to compile the module to its dispatches: {_first_error(str(e))}") from e
     with iree_ir.Context() as ctx:

@@ -347,6 +347,17 @@ def build(name: str, operands: Sequence, result_type, attributes: dict | None = 
     return op.result
 
 
+# The ``name`` of a torch.operator that stands for IREE's ``util.optimization_barrier`` (torch-mlir's
+# context has no util dialect; targets/iree.py swaps in the real op at the hand-off to IREE).
+BARRIER_OP = "cuvil.optimization_barrier"
+
+
+def optimization_barrier(value: ir.Value) -> ir.Value:
+    """``value`` through an optimization barrier: IREE neither fuses nor propagates layout
+    changes (transposes) across it, so the producer and its consumers compile as separate dispatches."""
+    return build("torch.operator", [value], value.type, {"name": ir.StringAttr.get(BARRIER_OP)})
+
+
 def torch_int(v: int) -> ir.Value:
     return build("torch.constant.int", [], ir.Type.parse("!torch.int"), {"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)})
 

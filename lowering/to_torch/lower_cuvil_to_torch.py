@@ -18,7 +18,7 @@ import numpy as np
 
 from cuvil_mlir.core.ir import ir
 from cuvil_mlir.core.patterns import (
-    PatternSet, build, info, literal, torch_bool, transpose_2d, torch_float, torch_int, torch_int_list, torch_none, torch_str,
+    PatternSet, build, info, literal, optimization_barrier, torch_bool, transpose_2d, torch_float, torch_int, torch_int_list, torch_none, torch_str,
     transposed_2d_source, vtensor_type,
 )
 from cuvil_mlir.core.tensor_types import tensor_info
@@ -191,7 +191,10 @@ def attention_decomposed(op, rewriter):
         scores = _apply_mask(scores, op.mask, scores_type)
     if causal:
         scores = build("torch.aten.where.ScalarOther", [_causal_keep_mask(length, source), scores, torch_float(float("-inf"))], scores_type)
-    return _batched_matmul(_softmax(scores), op.v, op.result.type)
+    # IREE would fold a transpose of the output (HF's attn_output.transpose(1, 2)) into the
+    # batched matmul, and llvm-cpu's code for that form is 2-5x slower than the matmul plus a
+    # separate transpose (benchmarks/iree_cpu/README.md): the barrier keeps them apart
+    return optimization_barrier(_batched_matmul(_softmax(scores), op.v, op.result.type))
 
 
 def _single_query_attention(op, causal: bool):
@@ -237,8 +240,7 @@ def _batched_matmul(a, b, result_type):
     slower than for the bmm (1x4x128x64 attention, 2026-12-03). Fully static: views; a
     dynamic matrix dim (a prefill chunk against a cache prefix): flatten / unflatten of the
     batch dims, which need no size of the matrix dims (a view's single -1 could not infer two
-    dynamic ones). IREE still folds a transpose of the result (HF's attention output) into
-    the bmm, which is then ~5x slower (docs/generation.md, "Not done yet")."""
+    dynamic ones)."""
     ta, tb, tr = info(a), info(b), tensor_info(result_type)
     if ta.rank == 2:
         return build("torch.aten.mm", [a, b], result_type)

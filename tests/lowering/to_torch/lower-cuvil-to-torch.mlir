@@ -203,7 +203,9 @@ func.func @conv2d_activations(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vten
 
 // attention=decomposed: matmul(softmax(matmul(q, kᵀ) * scale, masked), v), the 4-D matmuls as
 // view + bmm + view (IREE's CPU code for a 4-D aten.matmul is far slower); causal is a constant
-// lower-triangular keep mask (no tril: its index math needs 64-bit integers).
+// lower-triangular keep mask (no tril: its index math needs 64-bit integers). The output goes
+// through an optimization barrier (a stand-in targets/iree.py swaps for util.optimization_barrier):
+// IREE must not fold a transpose of it into the bmm.
 // DECOMP-LABEL: func.func @attention_causal_without_mask
 // DECOMP-SAME:    (%[[Q:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[K:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[V:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>)
 // DECOMP-DAG:     %[[SCALE:.+]] = torch.constant.float 1.250000e-01
@@ -221,7 +223,8 @@ func.func @conv2d_activations(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vten
 // DECOMP:         %[[V3:[0-9]+]] = torch.aten.view %[[V]], {{.*}} -> !torch.vtensor<[2,5,16],f32>
 // DECOMP-NEXT:    %[[O3:[0-9]+]] = torch.aten.bmm %[[P3]], %[[V3]] : {{.*}} -> !torch.vtensor<[2,5,16],f32>
 // DECOMP:         %[[O:[0-9]+]] = torch.aten.view %[[O3]], {{.*}} -> !torch.vtensor<[1,2,5,16],f32>
-// DECOMP-NEXT:    return %[[O]]
+// DECOMP-NEXT:    %[[B:[0-9]+]] = torch.operator "cuvil.optimization_barrier"(%[[O]]) : (!torch.vtensor<[1,2,5,16],f32>) -> !torch.vtensor<[1,2,5,16],f32>
+// DECOMP-NEXT:    return %[[B]]
 // DECOMP-NOT:     scaled_dot_product_attention
 // CHECK-LABEL: func.func @attention_causal_without_mask
 // CHECK-SAME:    (%[[Q:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[K:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[V:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>)
@@ -278,7 +281,8 @@ func.func @attention_with_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k: !torch.vt
 // DECOMP:         %[[V3:[0-9]+]] = torch.aten.flatten.using_ints %[[V]], {{.*}} -> !torch.vtensor<[2,?,8],f32>
 // DECOMP-NEXT:    %[[O3:[0-9]+]] = torch.aten.bmm %[[P3]], %[[V3]] : {{.*}} -> !torch.vtensor<[2,5,8],f32>
 // DECOMP:         %[[O:[0-9]+]] = torch.aten.unflatten.int %[[O3]], {{.*}} -> !torch.vtensor<[1,2,5,8],f32>
-// DECOMP-NEXT:    return %[[O]]
+// DECOMP-NEXT:    %[[B:[0-9]+]] = torch.operator "cuvil.optimization_barrier"(%[[O]])
+// DECOMP-NEXT:    return %[[B]]
 // DECOMP-NOT:     torch.aten.matmul
 // CHECK-LABEL: func.func @attention_chunk_over_prefix(
 // CHECK:         torch.aten.scaled_dot_product_attention
