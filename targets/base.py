@@ -30,13 +30,18 @@ DEFAULT_FALLBACKS: tuple[tuple[str, str], ...] = (
     ("lower-cuvil-to-torch{attention=sdpa}", "lower-cuvil-to-torch{attention=decomposed}"),
 )
 
+
+
+def with_lowering(options: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """DEFAULT_STAGES with ``lower-cuvil-to-torch{options}`` as the lowering."""
+    return tuple((name, (f"lower-cuvil-to-torch{{{options}}}", "verify-no-cuvil") if name == Stage.LOWERED else passes)
+                 for name, passes in DEFAULT_STAGES)
+
+
 # Attention written out (mm/bmm + softmax) first, IREE's attention op as the fallback: for
 # targets where IREE compiles or runs its attention op worse (cpu: ~60x slower for one
 # causal 4x128x64 attention on IREE 3.13; vulkan: f32 fails to compile).
-DECOMPOSED_ATTENTION_STAGES = tuple(
-    (name, ("lower-cuvil-to-torch{attention=decomposed}", "verify-no-cuvil") if name == Stage.LOWERED else passes)
-    for name, passes in DEFAULT_STAGES
-)
+DECOMPOSED_ATTENTION_STAGES = with_lowering("attention=decomposed")
 DECOMPOSED_ATTENTION_FALLBACKS: tuple[tuple[str, str], ...] = (
     ("lower-cuvil-to-torch{attention=decomposed}", "lower-cuvil-to-torch{attention=sdpa}"),
 )

@@ -1,5 +1,6 @@
 // RUN: cuvil-opt %s -p lower-cuvil-to-torch --split-input-file | FileCheck %s
 // RUN: cuvil-opt %s -p 'lower-cuvil-to-torch{attention=decomposed}' --split-input-file | FileCheck %s --check-prefix=DECOMP
+// RUN: cuvil-opt %s -p 'lower-cuvil-to-torch{pad_rows=16}' --split-input-file | FileCheck %s --check-prefix=ROWS
 
 // Every Cuvil op becomes torch ops that IREE's torch input pipeline compiles; no cuvil op is left.
 
@@ -25,6 +26,26 @@ func.func @linear_with_bias(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3
 func.func @linear_without_bias(%x: !torch.vtensor<[2,5,4],f32>, %w: !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,5,3],f32> {
   %0 = "cuvil.linear"(%x, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,5,4],f32>, !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,5,3],f32>
   return %0 : !torch.vtensor<[2,5,3],f32>
+}
+
+// -----
+
+// pad_rows=16 (the cpu target): 1030 out features (at least PAD_FROM_ROWS = 1024, not a multiple
+// of 16) get 10 zero rows of weight and bias (constant_pad_nd), the result is sliced back to
+// 1030 before the activation; 1000 rows (under 1024) stay as they are.
+// ROWS-LABEL: func.func @linear_ragged_rows
+// ROWS-SAME:    (%[[X:[a-z0-9]+]]: !torch.vtensor<[2,5,4],f32>, %[[W:[a-z0-9]+]]: !torch.vtensor<[1030,4],f32>, %[[B:[a-z0-9]+]]: !torch.vtensor<[1030],f32>, %[[W2:[a-z0-9]+]]: !torch.vtensor<[1000,4],f32>)
+// ROWS:        %[[WP:[0-9]+]] = torch.aten.constant_pad_nd %[[W]], %{{.+}}, %{{.+}} : !torch.vtensor<[1030,4],f32>, !torch.list<int>, !torch.float -> !torch.vtensor<[1040,4],f32>
+// ROWS:        %[[BP:[0-9]+]] = torch.aten.constant_pad_nd %[[B]], %{{.+}}, %{{.+}} : !torch.vtensor<[1030],f32>, !torch.list<int>, !torch.float -> !torch.vtensor<[1040],f32>
+// ROWS:        %[[Y:[0-9]+]] = torch.aten.linear %[[X]], %[[WP]], %[[BP]] : {{.*}} -> !torch.vtensor<[2,5,1040],f32>
+// ROWS:        %[[S:[0-9]+]] = torch.aten.slice.Tensor %[[Y]], {{.*}} -> !torch.vtensor<[2,5,1030],f32>
+// ROWS:        torch.aten.relu %[[S]]
+// ROWS:        torch.aten.linear %[[X]], %[[W2]], {{.*}} -> !torch.vtensor<[2,5,1000],f32>
+// ROWS-NOT:     constant_pad_nd
+func.func @linear_ragged_rows(%x: !torch.vtensor<[2,5,4],f32>, %w: !torch.vtensor<[1030,4],f32>, %b: !torch.vtensor<[1030],f32>, %w2: !torch.vtensor<[1000,4],f32>) -> (!torch.vtensor<[2,5,1030],f32>, !torch.vtensor<[2,5,1000],f32>) {
+  %0 = "cuvil.linear"(%x, %w, %b) {activation = "relu", operandSegmentSizes = array<i32: 1, 1, 1>} : (!torch.vtensor<[2,5,4],f32>, !torch.vtensor<[1030,4],f32>, !torch.vtensor<[1030],f32>) -> !torch.vtensor<[2,5,1030],f32>
+  %1 = "cuvil.linear"(%x, %w2) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,5,4],f32>, !torch.vtensor<[1000,4],f32>) -> !torch.vtensor<[2,5,1000],f32>
+  return %0, %1 : !torch.vtensor<[2,5,1030],f32>, !torch.vtensor<[2,5,1000],f32>
 }
 
 // -----
