@@ -84,7 +84,11 @@ def tie_written_arguments(data: bytes) -> bytes:
     copied per token, about half the step on the CPU), although ``%v`` was already computed in
     the argument's buffer. Here the barrier joins ``%v`` itself and the alias ties the barrier's
     result to the argument after it (kept by an optimization barrier): the fence still waits for
-    the write, and the value stays where it was written (no copy)."""
+    the write, and the value stays where it was written (no copy).
+
+    Only for a value written into the argument's own buffer (slices inserted into the imported
+    argument: a cache update), which IREE computes in place. Any other value would need a copy
+    into the argument, which IREE would then order after the fence's signal; that keeps IREE's form."""
     from iree.compiler import ir as iree_ir
 
     with iree_ir.Context(), iree_ir.Location.unknown():
@@ -94,7 +98,7 @@ def tie_written_arguments(data: bytes) -> bytes:
         moved = 0
         for alias in aliases:
             uses = list(alias.results[0].uses)
-            if len(uses) != 1 or uses[0].owner.name != "hal.tensor.barrier":
+            if len(uses) != 1 or uses[0].owner.operation.name != "hal.tensor.barrier" or not _updates_in_place(alias):
                 continue
             barrier, index = uses[0].owner, uses[0].operand_number
             barrier.operands[index] = alias.operands[0]
@@ -106,6 +110,19 @@ def tie_written_arguments(data: bytes) -> bytes:
             alias.move_before(keep)
             moved += 1
         return _bytecode_or_text(module) if moved else data
+
+
+def _updates_in_place(alias) -> bool:
+    """Whether the value ``alias`` ties to its storage is slices inserted into that same
+    storage's import (``tensor.insert_slice`` chains down to ``hal.tensor.import`` of it)."""
+    alias = alias.opview
+    value = alias.source
+    while True:
+        producer = getattr(value.owner, "operation", None)  # None: a block argument
+        if producer is None or producer.name != "tensor.insert_slice":
+            break
+        value = producer.operands[1]  # the destination
+    return producer is not None and producer.name == "hal.tensor.import" and producer.operands[0] == alias.storage
 
 
 def _collect_ops(op, name: str, out: list) -> None:

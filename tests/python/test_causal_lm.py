@@ -429,3 +429,27 @@ def test_profile_one_decode_step(tmp_path, capsys):
     assert "prefill at position 8" in capsys.readouterr().out
     assert cli_main(["profile", str(path), "--function", "decode", "--position", "80"]) != 0
     assert "positions 0..79" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_no_step_copies_the_cache(arch):
+    """Every function writes the cache in place and copies none of it (IREE's own form of a
+    written argument copied every layer's whole cache per call: targets/iree.py
+    tie_written_arguments). Checked in IREE's stream IR: no transfer of a cache tensor's size."""
+    import re
+
+    from cuvil_mlir.compiler.causal_lm import _export_programs
+    from cuvil_mlir.compiler.context import make_context
+    from cuvil_mlir.compiler.pipeline import Options, compile_functions
+    from cuvil_mlir.core.ir import parse_module
+    from cuvil_mlir.targets import iree, parse_target
+
+    torch.manual_seed(0)
+    programs, cache = _export_programs(_config(arch).eval(), BATCH, MAX_SEQ, CHUNK)
+    lowered = compile_functions(programs, Options(params="inline"), entry="decode", emit="lowered", elide_weights=False).text
+    stream = iree.compile_to_vmfb(parse_module(lowered, make_context()), [*parse_target("cpu").iree_flags(), "--compile-to=stream",
+                                                                         "--mlir-elide-elementsattrs-if-larger=8"]).decode()
+    cache_bytes = {t.numel() * t.element_size() for t in cache}
+    copied = [int(n) for n in re.findall(r"stream\.cmd\.copy [^\n]*, %c(\d+) :", stream)]
+    assert len(re.findall(r"util\.func public @\w+\$async", stream)) == 3
+    assert copied and not cache_bytes & set(copied), copied  # only the position's 8-byte read-back
