@@ -94,7 +94,7 @@ def tie_written_arguments(data: bytes) -> bytes:
     with iree_ir.Context(), iree_ir.Location.unknown():
         module = iree_ir.Module.parse(data)
         aliases: list = []
-        _collect_ops(module.operation, "hal.tensor.alias", aliases)
+        _collect_ops(module.operation, lambda op: op.name == "hal.tensor.alias", aliases)
         moved = 0
         for alias in aliases:
             uses = list(alias.results[0].uses)
@@ -125,15 +125,22 @@ def _updates_in_place(alias) -> bool:
     return producer is not None and producer.name == "hal.tensor.import" and producer.operands[0] == alias.storage
 
 
-def _collect_ops(op, name: str, out: list) -> None:
+def _collect_ops(op, keep, out: list) -> None:
+    """Every operation nested in ``op`` that ``keep(operation)`` accepts, in order (not inside those)."""
     for region in op.regions:
         for block in region.blocks:
             for inner in block.operations:
                 inner = inner.operation
-                if inner.name == name:
+                if keep(inner):
                     out.append(inner)
                 else:
-                    _collect_ops(inner, name, out)
+                    _collect_ops(inner, keep, out)
+
+
+def _operator_named(name: str):
+    """A ``_collect_ops`` filter: the ``torch.operator``s of that ``name``."""
+    return lambda op: op.name == "torch.operator" and "name" in op.attributes and \
+        str(op.attributes["name"]).strip('"') == name
 
 
 def iree_input(data: bytes, kernels, report: list, parameters: set) -> bytes:
@@ -164,7 +171,7 @@ def materialize_barriers(data: bytes) -> bytes:
     with iree_ir.Context(), iree_ir.Location.unknown():
         module = iree_ir.Module.parse(data)
         stand_ins = []
-        _collect_operators(module.operation, lambda op: iree_ir.StringAttr(op.attributes["name"]).value == BARRIER_OP, stand_ins)
+        _collect_ops(module.operation, _operator_named(BARRIER_OP), stand_ins)
         for op in stand_ins:
             vtensor = op.results[0].type
             builtin = iree_ir.Type.parse(_builtin_tensor_text(vtensor, "optimization barrier"))
@@ -175,18 +182,6 @@ def materialize_barriers(data: bytes) -> bytes:
             op.results[0].replace_all_uses_with(value.result)
             op.erase()
         return _bytecode_or_text(module)
-
-
-def _collect_operators(op, keep, out: list) -> None:
-    """Every ``torch.operator`` nested in ``op`` that ``keep`` accepts, in order."""
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = inner.operation
-                if inner.name == "torch.operator" and "name" in inner.attributes and keep(inner):
-                    out.append(inner)
-                else:
-                    _collect_operators(inner, keep, out)
 
 
 def externalize_parameters(data: bytes, keys: set) -> bytes:
@@ -207,7 +202,7 @@ def externalize_parameters(data: bytes, keys: set) -> bytes:
     with iree_ir.Context(), iree_ir.Location.unknown():
         module = iree_ir.Module.parse(data)
         references = []
-        _collect_operators(module.operation, lambda op: params.KEY_ATTR in op.attributes, references)
+        _collect_ops(module.operation, _operator_named(params.PARAMETER_OP), references)
         symbols: dict[str, tuple[str, object]] = {}  # key -> (global name, builtin tensor type)
         for op in references:
             if not list(op.results[0].uses):
