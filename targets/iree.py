@@ -156,7 +156,7 @@ def iree_input(data: bytes, kernels, report: list, parameters: set) -> bytes:
 
 def materialize_barriers(data: bytes) -> bytes:
     """The module (bytecode or text) with each barrier stand-in of core/patterns.py,
-    ``torch.operator "cuvil.optimization_barrier"(%x)``, replaced by IREE's
+    ``torch.operator "util.optimization_barrier"(%x)``, replaced by IREE's
     ``util.optimization_barrier`` on the builtin tensor::
 
         %t = torch_c.to_builtin_tensor %x : !torch.vtensor<...> -> tensor<...>

@@ -349,7 +349,7 @@ def build(name: str, operands: Sequence, result_type, attributes: dict | None = 
 
 # The ``name`` of a torch.operator that stands for IREE's ``util.optimization_barrier`` (torch-mlir's
 # context has no util dialect; targets/iree.py swaps in the real op at the hand-off to IREE).
-BARRIER_OP = "cuvil.optimization_barrier"
+BARRIER_OP = "util.optimization_barrier"
 
 
 def optimization_barrier(value: ir.Value) -> ir.Value:

@@ -244,7 +244,7 @@ func.func @conv2d_activations(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vten
 // DECOMP:         %[[V3:[0-9]+]] = torch.aten.view %[[V]], {{.*}} -> !torch.vtensor<[2,5,16],f32>
 // DECOMP-NEXT:    %[[O3:[0-9]+]] = torch.aten.bmm %[[P3]], %[[V3]] : {{.*}} -> !torch.vtensor<[2,5,16],f32>
 // DECOMP:         %[[O:[0-9]+]] = torch.aten.view %[[O3]], {{.*}} -> !torch.vtensor<[1,2,5,16],f32>
-// DECOMP-NEXT:    %[[B:[0-9]+]] = torch.operator "cuvil.optimization_barrier"(%[[O]]) : (!torch.vtensor<[1,2,5,16],f32>) -> !torch.vtensor<[1,2,5,16],f32>
+// DECOMP-NEXT:    %[[B:[0-9]+]] = torch.operator "util.optimization_barrier"(%[[O]]) : (!torch.vtensor<[1,2,5,16],f32>) -> !torch.vtensor<[1,2,5,16],f32>
 // DECOMP-NEXT:    return %[[B]]
 // DECOMP-NOT:     scaled_dot_product_attention
 // CHECK-LABEL: func.func @attention_causal_without_mask
@@ -302,7 +302,7 @@ func.func @attention_with_mask(%q: !torch.vtensor<[1,2,5,16],f32>, %k: !torch.vt
 // DECOMP:         %[[V3:[0-9]+]] = torch.aten.flatten.using_ints %[[V]], {{.*}} -> !torch.vtensor<[2,?,8],f32>
 // DECOMP-NEXT:    %[[O3:[0-9]+]] = torch.aten.bmm %[[P3]], %[[V3]] : {{.*}} -> !torch.vtensor<[2,5,8],f32>
 // DECOMP:         %[[O:[0-9]+]] = torch.aten.unflatten.int %[[O3]], {{.*}} -> !torch.vtensor<[1,2,5,8],f32>
-// DECOMP-NEXT:    %[[B:[0-9]+]] = torch.operator "cuvil.optimization_barrier"(%[[O]])
+// DECOMP-NEXT:    %[[B:[0-9]+]] = torch.operator "util.optimization_barrier"(%[[O]])
 // DECOMP-NEXT:    return %[[B]]
 // DECOMP-NOT:     torch.aten.matmul
 // CHECK-LABEL: func.func @attention_chunk_over_prefix(
