@@ -101,17 +101,17 @@ def _scale_patterns(*, wrong_fold: bool = False) -> PatternSet:
     return patterns
 
 
-def test_correct_pattern_passes_and_wrong_fold_fails():
+def test_correct_pattern_passes_and_wrong_fold_fails(tmp_path):
     ok = check_pattern(_scale_patterns(), "fold_scales", seeds=2)
     assert ok.passed, str(ok)
     assert [c.status for c in ok.checks] == ["pass", "pass"] and all(c.fired == 1 for c in ok.checks)
     assert {o["rtol"] for c in ok.checks for o in c.outputs} == {1e-4}  # float32's tolerance
-    wrong = check_pattern(_scale_patterns(wrong_fold=True), "fold_scales", seeds=1)
+    wrong = check_pattern(_scale_patterns(wrong_fold=True), "fold_scales", seeds=1, repro_dir=tmp_path)
     assert [c.status for c in wrong.checks] == ["fail"]
     assert "outputs differ" in wrong.checks[0].message
 
 
-def test_subtly_broken_builtin_pattern_is_caught():
+def test_subtly_broken_builtin_pattern_is_caught(tmp_path):
     """fuse-linear-epilogue with its gelu epilogue broken: exact gelu fused as the tanh
     approximation (a max-norm relative error of only ~3e-4)."""
     from cuvil_mlir.dialects import cuvil
@@ -137,12 +137,12 @@ def test_subtly_broken_builtin_pattern_is_caught():
         model = torch.nn.Sequential(torch.nn.Linear(d_in, d_out), torch.nn.GELU()).eval()
         return model, (torch.randn(int(rng.integers(1, 5)), d_in),)
 
-    report = check_pattern(broken, "gelu_epilogue", seeds=2)
+    report = check_pattern(broken, "gelu_epilogue", seeds=2, repro_dir=tmp_path)
     assert [c.status for c in report.checks] == ["fail", "fail"], str(report)
     assert all(c.fired == 1 and 1e-4 < c.max_rel_err < 1e-2 for c in report.checks)
 
 
-def test_near_miss_that_is_rewritten_is_reported():
+def test_near_miss_that_is_rewritten_is_reported(tmp_path):
     patterns = _scale_patterns()
 
     @patterns.example("fold_scales", matches=False)
@@ -157,7 +157,7 @@ def test_near_miss_that_is_rewritten_is_reported():
 
         return (lambda x: torch.relu(x) * 2.0), (torch.randn(2, 3),)
 
-    report = check_pattern(patterns, "fold_scales", seeds=1)
+    report = check_pattern(patterns, "fold_scales", seeds=1, repro_dir=tmp_path)
     by_example = {c.example: c for c in report.checks}
     assert by_example["_two_scales"].status == "pass"
     assert by_example["_one_scale"].status == "pass" and by_example["_one_scale"].fired == 0
@@ -167,7 +167,7 @@ def test_near_miss_that_is_rewritten_is_reported():
     assert not report.passed
 
 
-def test_pattern_that_builds_before_failing_to_match_is_reported():
+def test_pattern_that_builds_before_failing_to_match_is_reported(tmp_path):
     patterns = _scale_patterns()
 
     @patterns.add("torch.aten.add.Scalar")
@@ -190,7 +190,7 @@ def test_pattern_that_builds_before_failing_to_match_is_reported():
 
         return (lambda x: (x * 3.0) * 0.5 + 1.0), (torch.randn(2, 3),)
 
-    report = check_patterns([patterns], seeds=1)
+    report = check_patterns([patterns], seeds=1, repro_dir=tmp_path)
     bad = {(c.pattern, c.example): c for c in report.failures}
     assert ("builds_then_gives_up", "_add") in bad  # its own example
     assert ("builds_then_gives_up", "_scaled_then_shifted (of fold_scales)") in bad  # and another pattern's
