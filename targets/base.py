@@ -32,19 +32,18 @@ DEFAULT_FALLBACKS: tuple[tuple[str, str], ...] = (
 
 
 
-def with_lowering(options: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """DEFAULT_STAGES with ``lower-cuvil-to-torch{options}`` as the lowering."""
-    return tuple((name, (f"lower-cuvil-to-torch{{{options}}}", "verify-no-cuvil") if name == Stage.LOWERED else passes)
-                 for name, passes in DEFAULT_STAGES)
+def decomposed_attention(options: str = ""):
+    """(stages, fallbacks) that lower attention written out (mm/bmm + softmax) first and IREE's
+    attention op as the fallback, both with the lowering's further ``options`` (``"pad_rows=16"``):
+    for targets where IREE compiles or runs its attention op worse (cpu: ~60x slower for one
+    causal 4x128x64 attention on IREE 3.13; vulkan: f32 fails to compile)."""
+    extra = f" {options}" if options else ""
+    first, then = f"lower-cuvil-to-torch{{attention=decomposed{extra}}}", f"lower-cuvil-to-torch{{attention=sdpa{extra}}}"
+    stages = tuple((name, (first, "verify-no-cuvil") if name == Stage.LOWERED else passes) for name, passes in DEFAULT_STAGES)
+    return stages, ((first, then),)
 
 
-# Attention written out (mm/bmm + softmax) first, IREE's attention op as the fallback: for
-# targets where IREE compiles or runs its attention op worse (cpu: ~60x slower for one
-# causal 4x128x64 attention on IREE 3.13; vulkan: f32 fails to compile).
-DECOMPOSED_ATTENTION_STAGES = with_lowering("attention=decomposed")
-DECOMPOSED_ATTENTION_FALLBACKS: tuple[tuple[str, str], ...] = (
-    ("lower-cuvil-to-torch{attention=decomposed}", "lower-cuvil-to-torch{attention=sdpa}"),
-)
+DECOMPOSED_ATTENTION_STAGES, DECOMPOSED_ATTENTION_FALLBACKS = decomposed_attention()
 
 
 # Fields that name the target rather than option it (an option is written name{option=value}).

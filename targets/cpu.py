@@ -7,11 +7,15 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import Target, with_lowering
+from .base import Target, decomposed_attention
 
 # Why: O2/O3 LayerNorm dispatches of GPT-2-width models exceed IREE's default 32 KiB
 # stack limit ("exceeded stack allocation limit"); 256 KiB makes them compile.
 _STACK_LIMIT = 262144
+
+# IREE's CPU attention kernel is far slower than attention written out (targets/base.py);
+# linears' out features padded to whole AVX-512 vectors of f32 (lower_cuvil_to_torch.linear)
+STAGES, FALLBACKS = decomposed_attention("pad_rows=16")
 
 _CPU_NAME = re.compile(r"^[a-z0-9][a-z0-9_.+-]*$")
 
@@ -26,12 +30,8 @@ class CpuTarget(Target):
     default_arch: ClassVar[str] = "host"
     archs: ClassVar[tuple[str, ...]] = ("host", "<LLVM CPU name: znver4, skylake-avx512, ...>")
     needs: ClassVar[str] = "nothing: IREE's local-task driver on this CPU (host) or one of that LLVM CPU name"
-    # IREE's CPU attention kernel is far slower than attention written out (targets/base.py);
-    # linears' out features padded to whole AVX-512 vectors of f32 (lower_cuvil_to_torch.linear)
-    stages: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = with_lowering("attention=decomposed pad_rows=16")
-    fallbacks: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("lower-cuvil-to-torch{attention=decomposed pad_rows=16}", "lower-cuvil-to-torch{attention=sdpa pad_rows=16}"),
-    )
+    stages: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = STAGES
+    fallbacks: ClassVar[tuple[tuple[str, str], ...]] = FALLBACKS
 
     def __post_init__(self):
         if not _CPU_NAME.match(self.arch):

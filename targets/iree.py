@@ -69,7 +69,8 @@ def _compile(data: bytes, input_type: str, flags: list[str]) -> bytes:
 
     if b"overwrite.tensor.contents" not in data:
         return compile_str(data, input_type=input_type, extra_args=flags)
-    staged = compile_str(data, input_type=input_type, extra_args=[*flags, "--compile-to=input", "--emit-mlir-bytecode"])
+    first = [f for f in flags if not f.startswith("--compile-to")]  # the caller's stop applies to the second step
+    staged = compile_str(data, input_type=input_type, extra_args=[*first, "--compile-to=input", "--emit-mlir-bytecode"])
     return compile_str(tie_written_arguments(staged), input_type="none", extra_args=[*flags, "--compile-from=input"])
 
 
@@ -112,10 +113,10 @@ def tie_written_arguments(data: bytes) -> bytes:
         return _bytecode_or_text(module) if moved else data
 
 
-def _updates_in_place(alias) -> bool:
-    """Whether the value ``alias`` ties to its storage is slices inserted into that same
-    storage's import (``tensor.insert_slice`` chains down to ``hal.tensor.import`` of it)."""
-    alias = alias.opview
+def _updates_in_place(operation) -> bool:
+    """Whether the value a ``hal.tensor.alias`` ties to its storage is slices inserted into that
+    same storage's import (``tensor.insert_slice`` chains down to ``hal.tensor.import`` of it)."""
+    alias = operation.opview
     value = alias.source
     while True:
         producer = getattr(value.owner, "operation", None)  # None: a block argument

@@ -85,13 +85,13 @@ def linear(op, rewriter, options):
     weight, bias, result = _out_major(op.weight), op.bias, info(op.result)
     rows = info(weight).shape[0]
     pad = -rows % options.pad_rows if options.pad_rows and rows >= PAD_FROM_ROWS else 0
-    if not pad:
-        return _activation(build("torch.aten.linear", [op.input, weight, _or_none(bias)], op.result.type), activation)
-    weight, bias = _pad_first_dim(weight, pad), None if bias is None else _pad_first_dim(bias, pad)
-    wide = vtensor_type([*result.shape[:-1], rows + pad], result.dtype)
-    y = build("torch.aten.linear", [op.input, weight, _or_none(bias)], wide)
-    last = torch_int(len(result.shape) - 1)
-    return _activation(build("torch.aten.slice.Tensor", [y, last, torch_int(0), torch_int(rows), torch_int(1)], op.result.type), activation)
+    if pad:
+        weight, bias = _pad_first_dim(weight, pad), None if bias is None else _pad_first_dim(bias, pad)
+    y = build("torch.aten.linear", [op.input, weight, _or_none(bias)], vtensor_type([*result.shape[:-1], rows + pad], result.dtype))
+    if pad:
+        last = torch_int(len(result.shape) - 1)
+        y = build("torch.aten.slice.Tensor", [y, last, torch_int(0), torch_int(rows), torch_int(1)], op.result.type)
+    return _activation(y, activation)
 
 
 def _pad_first_dim(value, pad: int):
