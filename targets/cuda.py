@@ -60,9 +60,12 @@ KERNEL_STAGES = _lowering_first(DEFAULT_STAGES, CONV_WORKAROUND_PASS, KERNEL_PAS
 
 def materialize_kernel(symbol: str, spec: dict):
     """The sm_90 kernels at the hand-off (targets/iree.py): cuvil.attention's (its spec says
-    ``op = "attention"``, targets/cuda_attention_kernels.py) or cuvil.linear's (cuda_kernels.py)."""
+    ``op = "attention"``) and the KV-cache write's (``op = "cache_write"``), both in
+    targets/cuda_attention_kernels.py, or cuvil.linear's (cuda_kernels.py)."""
     from . import cuda_attention_kernels, cuda_kernels
 
+    if spec.get("op") == "cache_write":
+        return cuda_attention_kernels.materialize_cache_write(symbol, spec)
     return (cuda_attention_kernels if spec.get("op") == "attention" else cuda_kernels).materialize(symbol, spec)
 NEWEST_KNOWN_ARCH = "sm_89"  # what ptx-jit compiles Hopper for
 

@@ -487,31 +487,31 @@ def build_attention(spec: AttentionSpec, config: AttentionConfig | None = None) 
     ty = "*" + ck.DTYPES[spec.dtype]
     if not spec.prefix:
         sizes = constexprs(spec, config)
-        part = _build_part(name, kernel(), {"q_ptr": ty, "k_ptr": ty, "v_ptr": ty, "o_ptr": ty}, sizes, config)
+        part = _build_part(name, kernel(), {"q_ptr": ty, "k_ptr": ty, "v_ptr": ty, "o_ptr": ty}, sizes, config.warps, config.stages)
         return AttentionBinary(part.name, part.threads, part.shared_bytes, grid_of(spec, config), part.scratch_bytes,
                                config, spec, part.cubin_path)
     attention_fn, combine_fn = prefix_kernels()
     sizes, combine_sizes = prefix_constexprs(spec, config)
     partial = "*fp32" if sizes["SPLITS"] > 1 else ty
     part = _build_part(name, attention_fn, {"q_ptr": ty, "k_ptr": ty, "v_ptr": ty, "pos_ptr": "*i64", "out_ptr": partial},
-                       sizes, config)
+                       sizes, config.warps, config.stages)
     combine = None
     if sizes["SPLITS"] > 1:
         combine = _build_part(name.replace("cuvil_attention_", "cuvil_attention_combine_", 1), combine_fn,
-                              {"part_ptr": "*fp32", "o_ptr": ty}, combine_sizes, config)
+                              {"part_ptr": "*fp32", "o_ptr": ty}, combine_sizes, config.warps, config.stages)
     return AttentionBinary(part.name, part.threads, part.shared_bytes, prefix_grid(spec, config), part.scratch_bytes,
                            config, spec, part.cubin_path, combine)
 
 
-def _build_part(name: str, fn, pointers: dict, sizes: dict, config: AttentionConfig) -> KernelPart:
+def _build_part(name: str, fn, pointers: dict, sizes: dict, warps: int, stages: int) -> KernelPart:
     """One Triton kernel compiled for sm_90a (or taken from the kernel cache): its pointer
     arguments (name: Triton type) then its constexprs."""
-    key = hashlib.sha256(json.dumps([_source_hash(), name, list(pointers.items()), sizes, asdict(config)]).encode()).hexdigest()[:24]
+    key = hashlib.sha256(json.dumps([_source_hash(), name, list(pointers.items()), sizes, warps, stages]).encode()).hexdigest()[:24]
     cache = ck._cache_dir() / key
     if (cache / "meta.json").exists():
         meta = json.loads((cache / "meta.json").read_text())
         return KernelPart(name, meta["threads"], meta["shared"], meta["scratch"], str(cache / "kernel.cubin"))
-    ptx, threads, shared, scratch = _compile(fn, pointers, sizes, config, name)
+    ptx, threads, shared, scratch = _compile(fn, pointers, sizes, warps, stages, name)
     if shared > ck.MAX_SHARED_BYTES:
         raise CompileError(f"{name} needs {shared} B of shared memory; sm_90 allows {ck.MAX_SHARED_BYTES}")
     cubin = ck._ptxas(ptx)
@@ -522,7 +522,7 @@ def _build_part(name: str, fn, pointers: dict, sizes: dict, config: AttentionCon
     return KernelPart(name, threads, shared, scratch, str(cache / "kernel.cubin"))
 
 
-def _compile(fn, pointers: dict, sizes: dict, config: AttentionConfig, name: str) -> tuple[str, int, int, int]:
+def _compile(fn, pointers: dict, sizes: dict, warps: int, stages: int, name: str) -> tuple[str, int, int, int]:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -533,7 +533,7 @@ def _compile(fn, pointers: dict, sizes: dict, config: AttentionConfig, name: str
     try:
         k = triton.compile(ASTSource(fn, signature=signature, constexprs=sizes, attrs=attrs),
                            target=GPUTarget("cuda", 90, 32),
-                           options={"num_warps": config.warps, "num_stages": config.stages, "ptx_version": ck.PTX_VERSION})
+                           options={"num_warps": warps, "num_stages": stages, "ptx_version": ck.PTX_VERSION})
     except Exception as e:  # Triton's compile errors are of many types
         raise CompileError(f"Triton failed to compile {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     ptx = ck.rename_entry(k.asm["ptx"], k.metadata.name, name)
@@ -543,7 +543,7 @@ def _compile(fn, pointers: dict, sizes: dict, config: AttentionConfig, name: str
 def _source_hash() -> str:
     import inspect
 
-    parts = [inspect.getsource(kernel), inspect.getsource(prefix_kernels), inspect.getsource(_compile),
+    parts = [inspect.getsource(kernel), inspect.getsource(prefix_kernels), inspect.getsource(cache_write_kernel), inspect.getsource(_compile),
              inspect.getsource(ck._ptxas), str(ck.PTX_VERSION), ck.TRITON_VERSION]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
@@ -551,14 +551,21 @@ def _source_hash() -> str:
 # ----------------------------------------------------------------------------- IREE dispatch
 
 
-def _extern(result: str, inputs: list[tuple[str, str]], outputs: list[str], part: KernelPart, grid) -> list[str]:
+def _extern(result: str, inputs: list[tuple[str, str]], outputs: list[str], part: KernelPart, grid,
+            tied: dict[int, int] | None = None) -> list[str]:
     """Lines of one ``hal.dispatch.extern`` named ``%result`` (``%result#0`` is its first output):
     ``inputs`` (SSA name, builtin type) bound read-only, then ``outputs`` (builtin types), then
-    Triton's global scratch (grid x its per-program size) and profile scratch (a 16-byte dummy)."""
+    Triton's global scratch (grid x its per-program size) and profile scratch (a 16-byte dummy).
+    ``tied``: output index -> input index, an output written in place of that input (the input's
+    binding is then read-write and the output has none of its own: IREE's tied results)."""
+    tied = tied or {}
     programs = math.prod(grid)
     results = outputs + [f"tensor<{max(part.scratch_bytes * programs, 16)}xi8>", "tensor<16xi8>"]
-    bindings = ", ".join(["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * len(inputs)
-                         + ["#hal.pipeline.binding<storage_buffer>"] * len(results))
+    written = set(tied.values())
+    bindings = ", ".join(["#hal.pipeline.binding<storage_buffer>" if i in written else "#hal.pipeline.binding<storage_buffer, ReadOnly>"
+                          for i in range(len(inputs))]
+                         + ["#hal.pipeline.binding<storage_buffer>"] * (len(results) - len(tied)))
+    ties = [f"{tied[i]} : index" if i in tied else "-1 : index" for i in range(len(results))]
     props = ", ".join([
         f'export_name = "{part.name}"',
         f"layout = #hal.pipeline.layout<bindings = [{bindings}]>",
@@ -566,7 +573,7 @@ def _extern(result: str, inputs: list[tuple[str, str]], outputs: list[str], part
         f'target_objects = [[#hal.executable.object<{{path = "{part.cubin_path}"}}>]]',
         "target_ordinals = [0 : index]",
         f"targets = [{ck.EXECUTABLE_TARGET}]",
-        f"tied_operands = [{', '.join(['-1 : index'] * len(results))}]",
+        f"tied_operands = [{', '.join(ties)}]",
         f"workgroup_size = [{part.threads} : index, 1 : index, 1 : index]",
         f"workgroup_local_memory = {part.shared_bytes} : index",
     ])
@@ -638,3 +645,149 @@ def materialize(symbol: str, spec: dict) -> tuple[str | None, dict]:
     except CompileError as e:
         return None, {**record, "kernel": None, "why": e.message if hasattr(e, "message") else str(e)}
     return dispatch_function(symbol, kb), {**record, **kb.describe()}
+
+
+# ----------------------------------------------------------------------------- KV-cache write
+#
+# A decode step (or a prompt chunk) writes its keys and values into the cache at a position the
+# device holds: ``slice_scatter(cache, new, dim, int(P) + n, int(P) + n + T)``. IREE's own form
+# of that write reads P back to the host before the call can go on (the copy's offset is a push
+# constant) and copies one element per thread (two ``slow_memcpy`` dispatches a layer, half a
+# batch-8 Llama decode step on an H100). This kernel reads P on the device and writes the slots
+# in place: the extern dispatch's result is tied to the cache operand.
+
+
+@dataclass(frozen=True)
+class CacheWriteSpec:
+    """``dst`` viewed as ``[outer, slots, inner]`` (the dims before, at and after the written
+    one), ``src`` as ``[outer, rows, inner]``: src goes to slots ``P + offset ..`` of each outer row.
+    ``src_layout`` (a ``[B, H, S, D]`` cache written along S, ``heads`` = H): src read with the
+    strides of an attention operand's layout (``"SHAPE:offset:batch stride:head stride:token
+    stride"``, D contiguous): k or v straight from a fused QKV projection's output, no copy."""
+
+    outer: int
+    slots: int
+    rows: int
+    inner: int
+    dtype: str  # f16 | bf16 | f32
+    offset: int = 0
+    heads: int = 1
+    src_layout: str = ""
+
+    def src_strides(self) -> tuple[int, int, int, int]:
+        """(offset, batch stride, head stride, row stride) of src, in elements."""
+        if not self.src_layout:
+            return 0, self.heads * self.rows * self.inner, self.rows * self.inner, self.inner
+        off, sb, sh, st = (int(x) for x in self.src_layout.split(":")[1:])
+        return off, sb, sh, st
+
+    def check(self) -> None:
+        if self.dtype not in CACHE_WRITE_DTYPES:
+            raise CompileError(f"cache write kernel: dtype {self.dtype} is not one of {', '.join(CACHE_WRITE_DTYPES)}")
+        if min(self.outer, self.slots, self.rows, self.inner, self.heads) <= 0 or self.rows > self.slots or self.outer % self.heads:
+            raise CompileError(f"cache write kernel: {self.rows} rows do not fit {self.slots} slots ({self})")
+        if self.outer > 65535:
+            raise CompileError(f"cache write kernel: {self.outer} outer rows exceed the grid's y limit (65535)")
+        if self.src_layout:
+            off, sb, sh, st = self.src_strides()
+            size = math.prod(int(x) for x in self.src_layout.split(":")[0].split("x"))
+            last = off + (self.outer // self.heads - 1) * sb + (self.heads - 1) * sh + (self.rows - 1) * st + self.inner
+            if min(off, sb, sh, st) < 0 or last > size:
+                raise CompileError(f"cache write kernel: src layout {self.src_layout} does not fit its tensor")
+
+
+CACHE_WRITE_DTYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
+_CACHE_WRITE_BLOCK = 1024  # elements per program at most
+
+
+def cache_write_kernel():
+    """The Triton function of the cache write. Defined on first use."""
+    global _CACHE_WRITE
+    if _CACHE_WRITE is not None:
+        return _CACHE_WRITE
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def cuvil_cache_write(src_ptr, pos_ptr, dst_ptr, SLOTS: tl.constexpr, ROWS: tl.constexpr, INNER: tl.constexpr,
+                          OFFSET: tl.constexpr, BLOCK: tl.constexpr, HEADS: tl.constexpr, SRC_OFF: tl.constexpr,
+                          SRC_SB: tl.constexpr, SRC_SH: tl.constexpr, SRC_ST: tl.constexpr):
+        # rows pos .. pos+ROWS-1 of outer row o = (b, h) are one contiguous run of ROWS·INNER elements
+        o = tl.program_id(1).to(tl.int64)
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        start = tl.load(pos_ptr) + OFFSET
+        inside = i < ROWS * INNER
+        # rows that would not all fit the cache write nothing (integer arithmetic: Triton's
+        # interpreter takes no scalar boolean in a mask)
+        outside = tl.minimum((start < 0).to(tl.int32) + (start + ROWS > SLOTS).to(tl.int32), 1)
+        src = SRC_OFF + (o // HEADS) * SRC_SB + (o % HEADS) * SRC_SH + (i // INNER) * SRC_ST + i % INNER
+        x = tl.load(src_ptr + src, mask=inside, other=0)
+        tl.store(dst_ptr + o * (SLOTS * INNER) + start * INNER + i, x, mask=i < ROWS * INNER * (1 - outside))
+
+    _CACHE_WRITE = cuvil_cache_write
+    return _CACHE_WRITE
+
+
+_CACHE_WRITE = None
+
+
+def cache_write_grid(spec: CacheWriteSpec) -> tuple[int, int]:
+    return math.ceil(spec.rows * spec.inner / _cache_write_block(spec)), spec.outer
+
+
+def _cache_write_block(spec: CacheWriteSpec) -> int:
+    return min(_CACHE_WRITE_BLOCK, max(128, 1 << (spec.rows * spec.inner - 1).bit_length()))
+
+
+def cache_write_constexprs(spec: CacheWriteSpec) -> dict:
+    off, sb, sh, st = spec.src_strides()
+    return dict(SLOTS=spec.slots, ROWS=spec.rows, INNER=spec.inner, OFFSET=spec.offset, BLOCK=_cache_write_block(spec),
+                HEADS=spec.heads, SRC_OFF=off, SRC_SB=sb, SRC_SH=sh, SRC_ST=st)
+
+
+def build_cache_write(spec: CacheWriteSpec) -> KernelPart:
+    reason = ck.available()
+    if reason:
+        raise CompileError(f"cannot build the cache write kernel: {reason}")
+    spec.check()
+    ty = "*" + CACHE_WRITE_DTYPES[spec.dtype]
+    digest = hashlib.sha256(repr(asdict(spec)).encode()).hexdigest()[:8]
+    name = f"cuvil_cache_write_{spec.outer}x{spec.slots}x{spec.rows}x{spec.inner}_{spec.dtype}{'_strided' if spec.src_layout else ''}_{digest}"
+    sizes = cache_write_constexprs(spec)
+    return _build_part(name, cache_write_kernel(), {"src_ptr": ty, "pos_ptr": "*i64", "dst_ptr": ty}, sizes, 4, 1)
+
+
+def cache_write_function(symbol: str, spec: CacheWriteSpec, part: KernelPart, dst_shape: list[int], src_shape: list[int]) -> str:
+    """MLIR text of ``func.func private @symbol(dst, src, pos) -> dst'`` (the signature
+    lower-cuvil-to-kernels declares, torch types): one extern dispatch whose result is ``dst``
+    written in place."""
+    t = spec.dtype
+    vt = {"dst": f"!torch.vtensor<[{','.join(map(str, dst_shape))}],{t}>", "src": f"!torch.vtensor<[{','.join(map(str, src_shape))}],{t}>",
+          "pos": "!torch.vtensor<[1],si64>"}
+    bt = {"dst": f"tensor<{'x'.join(map(str, dst_shape))}x{t}>", "src": f"tensor<{'x'.join(map(str, src_shape))}x{t}>",
+          "pos": "tensor<1xi64>"}
+    lines = [f"  %{n}_t = torch_c.to_builtin_tensor %{n} : {vt[n]} -> {bt[n]}" for n in ("dst", "src", "pos")]
+    lines += _extern("r", [("%src_t", bt["src"]), ("%pos_t", bt["pos"]), ("%dst_t", bt["dst"])], [bt["dst"]], part,
+                     cache_write_grid(spec), tied={0: 2})
+    lines += [f"  %out = torch_c.from_builtin_tensor %r#0 : {bt['dst']} -> {vt['dst']}", f"  return %out : {vt['dst']}"]
+    return (f"func.func private @{symbol}(%dst: {vt['dst']}, %src: {vt['src']}, %pos: {vt['pos']}) -> {vt['dst']} {{\n"
+            + "\n".join(lines) + "\n}\n")
+
+
+def materialize_cache_write(symbol: str, spec: dict) -> tuple[str | None, dict]:
+    """For targets/iree.py (through targets/cuda.py materialize_kernel): the cache write's kernel
+    function, or None to keep IREE's own (the ``slice_scatter`` the body holds)."""
+    record = {"function": symbol, **spec}
+    reason = ck.available()
+    if reason:
+        return None, {**record, "kernel": None, "why": reason}
+    try:
+        cs = CacheWriteSpec(spec["outer"], spec["slots"], spec["rows"], spec["inner"], spec["dtype"], spec.get("offset", 0),
+                            spec.get("heads", 1), spec.get("src_layout", ""))
+        part = build_cache_write(cs)
+    except CompileError as e:
+        return None, {**record, "kernel": None, "why": e.message if hasattr(e, "message") else str(e)}
+    dst = [int(x) for x in spec["dst_shape"].split("x")]
+    src = [int(x) for x in (spec.get("src_layout") or spec["src_shape"]).split(":")[0].split("x")]
+    return cache_write_function(symbol, cs, part, dst, src), {**record, "kernel": part.name, "grid": list(cache_write_grid(cs)),
+                                                               "threads": part.threads, "triton": ck.TRITON_VERSION}

@@ -114,16 +114,31 @@ def tie_written_arguments(data: bytes) -> bytes:
 
 
 def _updates_in_place(operation) -> bool:
-    """Whether the value a ``hal.tensor.alias`` ties to its storage is slices inserted into that
-    same storage's import (``tensor.insert_slice`` chains down to ``hal.tensor.import`` of it)."""
+    """Whether the value a ``hal.tensor.alias`` ties to its storage was written in place of that
+    same storage's import: a chain of ``tensor.insert_slice`` (into its destination) and
+    ``hal.dispatch.extern`` results tied to an operand (a cache-write kernel) down to
+    ``hal.tensor.import`` of it."""
+    from iree.compiler import ir as iree_ir
+
     alias = operation.opview
     value = alias.source
     while True:
         producer = getattr(value.owner, "operation", None)  # None: a block argument
-        if producer is None or producer.name != "tensor.insert_slice":
+        if producer is None:
+            return False
+        if producer.name == "tensor.insert_slice":
+            value = producer.operands[1]  # the destination
+        elif producer.name == "hal.dispatch.extern":
+            tied = [iree_ir.IntegerAttr(a).value for a in iree_ir.ArrayAttr(producer.attributes["tied_operands"])] \
+                if "tied_operands" in producer.attributes else []
+            index = iree_ir.OpResult(value).result_number
+            if index >= len(tied) or tied[index] < 0:
+                return False
+            workload = iree_ir.DenseI32ArrayAttr(producer.attributes["operandSegmentSizes"])[0]
+            value = producer.operands[workload + tied[index]]
+        else:
             break
-        value = producer.operands[1]  # the destination
-    return producer is not None and producer.name == "hal.tensor.import" and producer.operands[0] == alias.storage
+    return producer.name == "hal.tensor.import" and producer.operands[0] == alias.storage
 
 
 def _collect_ops(op, keep, out: list) -> None:

@@ -383,6 +383,134 @@ def prefix_form(op) -> dict | None:
     return {"k": ks[0], "v": vs[0], "pos": pos, "kv_heads": kc.shape[1], "repeated": repeated}
 
 
+# ----------------------------------------------------------------------------- KV-cache write
+
+CACHE_WRITE_DTYPES = ("f16", "bf16", "f32")
+
+
+def cache_write_form(op) -> dict | None:
+    """The spec of a write into a cache at a position the device holds, or None:
+    ``slice_scatter(dst, src, dim, int(P) + n, int(P) + n + T, 1)`` with dst and src static and of
+    one dtype (f16, bf16 or f32), src T long along ``dim`` and dst's shape elsewhere, P a
+    one-element int64 tensor. compile_causal_lm's steps write every layer's keys and values so
+    (``Cache.update``); the kernel reads P on the device and writes the slots in place."""
+    if op.name != "torch.aten.slice_scatter":
+        return None
+    dst, src = info(op.operands[0]), info(op.operands[1])
+    dim, step = const_int(op.operands[2]), const_int(op.operands[5])
+    if dst is None or src is None or dim is None or step != 1 or dst.dtype != src.dtype or dst.dtype not in CACHE_WRITE_DTYPES:
+        return None
+    if dst.rank != src.rank or min(dst.shape) < 0 or min(src.shape) < 0 or not -dst.rank <= dim < dst.rank:
+        return None
+    dim %= dst.rank
+    rows = src.shape[dim]
+    if [n for i, n in enumerate(dst.shape) if i != dim] != [n for i, n in enumerate(src.shape) if i != dim] or rows > dst.shape[dim]:
+        return None
+    start, end = _int_of(op.operands[3]), _int_of(op.operands[4])
+    if start is None or end is None or start[0] != end[0] or end[1] != start[1] + rows:
+        return None
+    spec = {"op": "cache_write", "outer": math.prod(dst.shape[:dim]), "slots": dst.shape[dim], "rows": rows,
+            "inner": math.prod(dst.shape[dim + 1:]), "dtype": dst.dtype, "offset": start[1], "dim": dim,
+            "dst_shape": "x".join(map(str, dst.shape)), "src_shape": "x".join(map(str, src.shape)), "pos": start[0],
+            "src": op.operands[1]}
+    if dst.rank == 4 and dim == 2:  # a [B, H, S, D] cache: k or v read where attention would read them
+        value, layout = attention_operand(op.operands[1])
+        if layout:
+            spec.update(heads=dst.shape[1], src_layout=layout, src=value)
+    return spec
+
+
+def _declare_cache_write(module: ir.Module, op, spec: dict, symbol: str):
+    """The private function ``(dst, src, P) -> dst'`` whose body is the slice_scatter at
+    ``int(P) + offset`` (IREE's own form, where no kernel is built)."""
+    dst, src, pos = op.operands[0].type, spec["src"].type, spec["pos"].type
+    with ir.InsertionPoint(module.body), op.location:
+        func = ir.Operation.create(
+            "func.func", regions=1,
+            attributes={"sym_name": ir.StringAttr.get(symbol), "sym_visibility": ir.StringAttr.get("private"),
+                        "function_type": ir.TypeAttr.get(ir.FunctionType.get([dst, src, pos], [dst])),
+                        KERNEL_ATTR: ir.StringAttr.get("cache_write"),
+                        SPEC_ATTR: _plain_spec_attr({k: v for k, v in spec.items() if k not in ("pos", "src")})})
+        block = func.regions[0].blocks.append(dst, src, pos)
+        with ir.InsertionPoint(block):
+            written = block.arguments[1]
+            if spec.get("src_layout"):  # the [B, H, T, D] src from the tensor it was cut from
+                b, h, t, d = (int(x) for x in spec["src_shape"].split("x"))
+                written = _rebuild_operand(written, spec["src_layout"], h, {"batch": b, "tq": t, "d": d, "dtype": spec["dtype"]}, "q")
+            int_type = ir.Type.parse("!torch.int")
+            start = build("torch.aten.Int.Tensor", [block.arguments[2]], int_type)
+            if spec["offset"]:
+                start = build("torch.aten.add.int", [start, torch_int(spec["offset"])], int_type)
+            end = build("torch.aten.add.int", [start, torch_int(spec["rows"])], int_type)
+            out = build("torch.aten.slice_scatter", [block.arguments[0], written, torch_int(spec["dim"]), start, end,
+                                                     torch_int(1)], dst)
+            ir.Operation.create("func.return", operands=[out])
+    return func
+
+
+_HOST_INT_OPS = frozenset({"torch.aten.add.int", "torch.aten.sub.int", "torch.aten.mul.int", "torch.aten.ge.int", "torch.aten.gt.int",
+                           "torch.aten.le.int", "torch.aten.lt.int", "torch.aten.eq.int", "torch.aten.ne.int",
+                           "torch.aten.Int.bool", "torch.aten.Bool.int", "torch.runtime.assert"})
+
+
+def _drop_host_reads(func, positions: list) -> int:
+    """Erase ``int(P)`` of each position tensor P whose remaining uses are only torch.export's
+    range asserts (``torch.runtime.assert``), the integer arithmetic feeding them and dead
+    values: once the cache writes and the prefix attention read P on the device, those asserts
+    are all that would read it back to the host, a wait in the middle of every call. The range
+    is the caller's to check (CausalLM checks the position before each call; the kernels write
+    and read nothing outside the cache). Returns how many reads were dropped."""
+    reads = []
+
+    def visit(op):
+        if op.name == "torch.aten.Int.Tensor" and any(op.operands[0] == p for p in positions):
+            reads.append(op)
+        return ir.WalkResult.ADVANCE
+
+    func.operation.walk(visit)
+    dropped = 0
+    for read in reads:
+        closure, work, ok = [], [read], True
+        while work and ok:
+            op = work.pop()
+            for result in op.results:
+                for use in result.uses:
+                    user = use.owner
+                    if user in closure or user == read:
+                        continue
+                    if user.name in _HOST_INT_OPS or (user.results and not any(num_uses(r) for r in user.results)):
+                        closure.append(user)
+                        work.append(user)
+                    else:
+                        ok = False
+        if not ok:
+            continue
+        remaining = closure + [read]
+        while remaining:
+            free = [op for op in remaining if not any(num_uses(r) for r in op.results)]
+            if not free:
+                break
+            for op in free:
+                remaining.remove(op)
+                op.erase()
+        dropped += 1
+    return dropped
+
+
+def _plain_spec_attr(spec: dict) -> ir.Attribute:
+    """A spec of integers and strings as a ``cuvil.kernel_spec`` dictionary."""
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.DictAttr.get({k: ir.StringAttr.get(v) if isinstance(v, str) else ir.IntegerAttr.get(i64, v) for k, v in spec.items()})
+
+
+def cache_write_symbol_of(spec: dict) -> str:
+    strided = ""
+    if spec.get("src_layout"):
+        strided = "_strided_" + hashlib.sha256(spec["src_layout"].encode()).hexdigest()[:8]
+    return (f"cuvil_kernel_cache_write_{spec['dst_shape']}_d{spec['dim']}_t{spec['rows']}_{spec['dtype']}"
+            f"{'_o' + str(spec['offset']) if spec['offset'] else ''}{strided}")
+
+
 def _clone_into(values, mapping: dict) -> list | None:
     """The ``values`` recomputed at the insertion point from ``mapping`` (old value -> new):
     every op between is cloned (ops without regions; anything else reached -> None, and
@@ -694,7 +822,7 @@ def run(module: ir.Module, options: LowerCuvilToKernelsOptions) -> Firings:
 
 def _run(module: ir.Module) -> Firings:
     fired = Firings()
-    linears, attentions = [], []
+    linears, attentions, writes = [], [], []
     for func in module.body.operations:
         if func.operation.name != "func.func" or _is_kernel_function(func):
             continue
@@ -704,6 +832,8 @@ def _run(module: ir.Module) -> Firings:
                 linears.append(op.opview)
             elif op.name == "cuvil.attention":
                 attentions.append(op.opview)
+            elif op.name == "torch.aten.slice_scatter":
+                writes.append((func, op))
             return ir.WalkResult.ADVANCE
 
         func.operation.walk(visit)
@@ -812,6 +942,28 @@ def _run(module: ir.Module) -> Firings:
             fired.record("attention over a cache prefix", loc)
         else:
             fired.record("attention" if not (repeated or any(layouts) or back is not None) else "attention (strided)", loc)
+    positions = {}  # function -> the position tensors the cache-write kernels read
+    for func, op in writes:
+        spec = cache_write_form(op)
+        if spec is None:
+            continue
+        symbol = cache_write_symbol_of(spec)
+        if symbol not in functions:
+            functions[symbol] = _declare_cache_write(module, op, spec, symbol)
+        sites.setdefault(symbol, []).append(module_path(op.location))
+        bypassed = [defining_op(v) for v in op.operands[1:5]]
+        with ir.InsertionPoint(op), op.location:
+            call = ir.Operation.create("func.call", results=[op.results[0].type], operands=[op.operands[0], spec["src"], spec["pos"]],
+                                       attributes={"callee": ir.FlatSymbolRefAttr.get(symbol)})
+        op.results[0].replace_all_uses_with(call.result)
+        loc = op.location
+        op.operation.erase()
+        erase_dead(bypassed)  # the int(P) arithmetic, and the slices and transposes a strided src read around
+        fired.record("cache write at a device position" + (" (strided)" if spec.get("src_layout") else ""), loc)
+        positions.setdefault(func, []).append(spec["pos"])
+    for func, values in positions.items():
+        for _ in range(_drop_host_reads(func, values)):
+            fired.record("position range check left to the host", func.location)
     for func in module.body.operations:
         if func.operation.name == "func.func" and not _is_kernel_function(func):
             for piece in _head_slices(func, set(functions)):

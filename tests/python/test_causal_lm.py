@@ -453,3 +453,48 @@ def test_no_step_copies_the_cache(arch):
     copied = [int(n) for n in re.findall(r"stream\.cmd\.copy [^\n]*, %c(\d+) :", stream)]
     assert len(re.findall(r"util\.func public @\w+\$async", stream)) == 3
     assert copied and not cache_bytes & set(copied), copied  # only the position's 8-byte read-back
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_cuda_steps_write_the_cache_on_the_device(arch):
+    """fp16 on cuda:h200 (compiled here, not run): prefill's and decode's cache writes go to the
+    cache-write kernel, which reads the position on the device and writes in place, so no step
+    reads anything back to the host in the middle of the call (IREE's own write needs the
+    position as a push constant: an 8-byte read-back and a wait per call) and none copies the
+    cache. prefill_first writes at 0, a constant: IREE's own copy, nothing to read back."""
+    import re
+
+    from cuvil_mlir.compiler.causal_lm import _export_programs
+    from cuvil_mlir.compiler.context import make_context
+    from cuvil_mlir.compiler.pipeline import Options, compile_functions
+    from cuvil_mlir.core.ir import parse_module
+    from cuvil_mlir.targets import cuda, cuda_kernels, iree, parse_target
+
+    if cuda_kernels.available() is not None:
+        pytest.skip(f"kernels cannot be built here: {cuda_kernels.available()}")
+    torch.manual_seed(0)
+    if arch == "gpt2":  # head dim 64: what the prefix attention kernel takes (else IREE's attention reads the position)
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=128, n_head=2, vocab_size=512, n_positions=128))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            num_hidden_layers=2, hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=256,
+            vocab_size=512, max_position_embeddings=128))
+    programs, cache = _export_programs(model.eval().half(), BATCH, MAX_SEQ, CHUNK)
+    lowered = compile_functions(programs, Options(target="cuda:h200", params="inline"), entry="decode", emit="lowered",
+                                elide_weights=False).text
+    target = parse_target("cuda:h200")
+    report = []
+    stream = iree.compile_to_vmfb(parse_module(lowered, make_context()), [*target.iree_flags(), "--compile-to=stream",
+                                                                         "--mlir-elide-elementsattrs-if-larger=8"],
+                                  kernels=cuda.materialize_kernel, report=report).decode()
+    writes = [r for r in report if r.get("op") == "cache_write"]
+    assert writes and all(r["kernel"] for r in writes), writes
+    cache_bytes = {t.numel() * t.element_size() for t in cache}
+    for name in ("prefill", "decode"):
+        body = stream.split(f"util.func public @{name}$async(")[1].split("util.func public")[0]
+        assert body.count("cuvil_cache_write_") == len(cache), name
+        copied = {int(n) for n in re.findall(r"stream\.cmd\.copy [^\n]*, %c(\d+) :", body)}
+        assert 8 not in copied and not cache_bytes & copied, (name, copied)
+        assert "stream.resource.load" not in body, name  # the host reading the position
+        if name == "decode":  # k and v read where the QKV projection wrote them: no copy dispatch to cut them out
+            assert "slow_memcpy" not in body, name

@@ -379,3 +379,129 @@ def test_prefix_kernel_function_computes_what_the_op_did():
         k, v = (torch.from_numpy(c[:, :, :pos + 3]).float() for c in (kc, vc))
         ref = F.scaled_dot_product_attention(torch.from_numpy(q).float(), k, v, attn_mask=mask, enable_gqa=True)
         assert float((torch.from_numpy(outs[1]).float() - ref).abs().max()) < 2e-3, pos
+
+
+CACHE_WRITE_CASES = [  # (dst shape, dim, rows, dtype, offset, position, strided src): decode, a prompt chunk, fp32, past the end
+    ((2, 4, 64, 64), 2, 1, "f16", 0, 37, False), ((1, 2, 256, 128), 2, 32, "bf16", 0, 200, False),
+    ((3, 8, 16, 64), 2, 16, "f16", 0, 0, False), ((2, 2, 48, 32), 2, 5, "f32", 1, 10, False),
+    ((2, 4, 64, 64), 2, 1, "f16", 0, 64, False), ((2, 2, 8, 16), 2, 4, "f32", 0, -1, False),
+    ((2, 2, 64, 64), 2, 1, "f16", 0, 40, True), ((2, 2, 64, 64), 2, 6, "f16", 0, 58, True),
+]
+
+_INTERPRET_CACHE_WRITE = """
+import torch, triton
+from cuvil_mlir.targets import cuda_attention_kernels as ak
+fn = ak.cache_write_kernel()
+torch.manual_seed(0)
+dtypes = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+for shape, dim, rows, dtype, offset, pos, strided in CASES:
+    outer, slots, inner = 1, shape[dim], 1
+    for n in shape[:dim]: outer *= n
+    for n in shape[dim + 1:]: inner *= n
+    dst = torch.randn(shape).to(dtypes[dtype])
+    if strided:  # v cut from a fused QKV output [B, T, N]: heads 3 .. 3+H of N/D, viewed and transposed
+        b, h, _, d = shape
+        n = (h + 3 + 1) * d
+        qkv = torch.randn(b, rows, n).to(dtypes[dtype])
+        src = qkv[:, :, 3 * d:(3 + h) * d].view(b, rows, h, d).transpose(1, 2)
+        spec = ak.CacheWriteSpec(outer, slots, rows, inner, dtype, offset, h, f"{b}x{rows}x{n}:{3 * d}:{rows * n}:{d}:{n}")
+        arg = qkv
+    else:
+        src = torch.randn(*shape[:dim], rows, *shape[dim + 1:]).to(dtypes[dtype])
+        spec = ak.CacheWriteSpec(outer, slots, rows, inner, dtype, offset)
+        arg = src
+    spec.check()
+    ref = dst.clone()
+    start = pos + offset
+    if 0 <= start and start + rows <= slots:
+        ref.narrow(dim, start, rows).copy_(src)
+    fn[ak.cache_write_grid(spec)](arg, torch.tensor([pos]), dst, **ak.cache_write_constexprs(spec))
+    print(shape, pos, bool(torch.equal(dst, ref)))
+"""
+
+
+@needs_triton
+def test_cache_write_kernel_in_the_triton_interpreter():
+    """The KV-cache write kernel in Triton's CPU interpreter writes exactly the slots at the
+    device-held position (plus the spec's offset) and nothing else: decode, a 32-token chunk,
+    fp16/bf16/fp32, a source cut from a fused QKV output (strided), and positions whose rows
+    would run past the cache or start before it (it writes nothing there)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", f"CASES = {CACHE_WRITE_CASES!r}\n" + _INTERPRET_CACHE_WRITE], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = r.stdout.splitlines()
+    assert len(rows) == len(CACHE_WRITE_CASES) and all(row.endswith("True") for row in rows), r.stdout
+
+
+def test_cache_write_spec_contract():
+    with pytest.raises(CompileError, match="dtype"):
+        ak.CacheWriteSpec(4, 32, 1, 64, "f64").check()
+    with pytest.raises(CompileError, match="do not fit"):
+        ak.CacheWriteSpec(4, 32, 33, 64, "f16").check()
+    with pytest.raises(CompileError, match="grid"):
+        ak.CacheWriteSpec(70000, 32, 1, 64, "f16").check()
+    with pytest.raises(CompileError, match="does not fit its tensor"):  # v's heads past the end of the QKV output
+        ak.CacheWriteSpec(4, 32, 1, 64, "f16", 0, 2, "2x1x256:192:256:64:256").check()
+
+
+@needs_triton
+def test_cache_write_extern_is_tied_to_the_cache():
+    """The kernel function's extern dispatch writes the cache in place: its result is tied to
+    the cache operand (which is bound read-write, with no binding of its own for the result)."""
+    spec = ak.CacheWriteSpec(4, 32, 1, 64, "f16")
+    text = ak.cache_write_function("cw", spec, ak.build_cache_write(spec), [2, 2, 32, 64], [2, 2, 1, 64])
+    assert "tied_operands = [2 : index, -1 : index, -1 : index]" in text
+    assert text.count("#hal.pipeline.binding<storage_buffer, ReadOnly>") == 2  # src, pos
+    assert text.count("#hal.pipeline.binding<storage_buffer>") == 3  # the cache, Triton's two scratch buffers
+    assert "-> (tensor<2x2x32x64xf16>, tensor<16xi8>, tensor<16xi8>)" in text
+
+
+@pytest.mark.parametrize("block", ["cache_write", "cache_write_strided"])
+def test_cache_write_kernel_function_computes_what_the_op_did(block):
+    """The lit test's @cache_write / @cache_write_strided blocks through lower-cuvil-to-kernels
+    (the kernel function's body: the slice_scatter at int(P), the strided source rebuilt from
+    the QKV output) give what the program gave on IREE's CPU, at the first, a middle and the
+    last position the rows fit."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from cuvil_mlir.compiler.context import make_context
+    from cuvil_mlir.core.ir import parse_module
+    from cuvil_mlir.core.passes import run_pipeline
+    from cuvil_mlir.lowering import builtin_registry
+    from cuvil_mlir.runtime.session import Session
+    from cuvil_mlir.targets import iree, parse_target
+
+    lit = Path(__file__).parents[1] / "lowering" / "kernels" / "lower-cuvil-to-kernels.mlir"
+    (text,) = [chunk for chunk in lit.read_text().split("// -----") if f"func.func @{block}(" in chunk]
+    cpu, registry = parse_target("cpu"), builtin_registry()
+    sessions = []
+    for passes in ([], ["lower-cuvil-to-kernels"]):
+        module = parse_module(text, make_context())
+        fired = run_pipeline(module, [registry.get(p) for p in passes + ["lower-cuvil-to-torch", "verify-no-cuvil"]])
+        sessions.append(Session(iree.compile_to_vmfb(module, cpu.iree_flags()), cpu.driver))
+    if block == "cache_write":
+        assert fired["lower-cuvil-to-kernels"] == {"cache write at a device position": 2, "position range check left to the host": 1}
+    else:
+        assert fired["lower-cuvil-to-kernels"] == {"cache write at a device position (strided)": 1}
+    rng = np.random.default_rng(0)
+    rows = 1 if block == "cache_write" else 3
+    for pos in (0, 17, 32 - rows):
+        kc, vc = (rng.standard_normal((2, 2, 32, 64)).astype(np.float16) for _ in range(2))
+        if block == "cache_write":
+            k, v = (rng.standard_normal((2, 2, 1, 64)).astype(np.float16) for _ in range(2))
+            args, written = [kc, vc, k, v, np.array([pos], dtype=np.int64)], k
+        else:
+            qkv = rng.standard_normal((2, 3, 512)).astype(np.float16)
+            args = [kc, qkv, np.array([pos], dtype=np.int64)]
+            written = qkv[:, :, 384:].reshape(2, 3, 2, 64).transpose(0, 2, 1, 3)
+        outs = [s.invoke(block, args) for s in sessions]
+        for before, after in zip(*outs):
+            np.testing.assert_array_equal(before, after)
+        np.testing.assert_array_equal(outs[1][0][:, :, pos:pos + rows], written)

@@ -418,3 +418,108 @@ func.func @prefix_strict_mask(%q: !torch.vtensor<[2,4,3,64],f16>, %kc: !torch.vt
   %o = "cuvil.attention"(%q, %kr, %vr, %mask) {is_causal = false, scale = 0.125 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1>} : (!torch.vtensor<[2,4,3,64],f16>, !torch.vtensor<[2,4,?,64],f16>, !torch.vtensor<[2,4,?,64],f16>, !torch.vtensor<[2,1,3,?],i1>) -> !torch.vtensor<[2,4,3,64],f16>
   return %o : !torch.vtensor<[2,4,3,64],f16>
 }
+
+// -----
+
+// A KV-cache write at a position the device holds (compile_causal_lm's Cache.update): the
+// slice_scatter goes to the cache-write kernel function, which takes the position tensor; the
+// range asserts torch.export left on int(P) are the only host reads left, so they go too.
+// CHECK-LABEL: func.func @cache_write
+// CHECK-NOT:     torch.aten.Int.Tensor
+// CHECK-NOT:     torch.runtime.assert
+// CHECK:         %[[K:[0-9]+]] = call @cuvil_kernel_cache_write_2x2x32x64_d2_t1_f16(%arg0, %arg2, %arg4) : (!torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,1,64],f16>, !torch.vtensor<[1],si64>) -> !torch.vtensor<[2,2,32,64],f16>
+// CHECK:         %[[V:[0-9]+]] = call @cuvil_kernel_cache_write_2x2x32x64_d2_t1_f16(%arg1, %arg3, %arg4)
+// CHECK:         return %[[K]], %[[V]]
+// CHECK:       func.func private @cuvil_kernel_cache_write_2x2x32x64_d2_t1_f16
+// CHECK-SAME:    cuvil.kernel = "cache_write"
+// CHECK-SAME:    dim = 2 : i64, dst_shape = "2x2x32x64", dtype = "f16", inner = 64 : i64, offset = 0 : i64, op = "cache_write", outer = 4 : i64, rows = 1 : i64, slots = 32 : i64, src_shape = "2x2x1x64"
+// CHECK:         %[[S:[0-9]+]] = torch.aten.Int.Tensor %arg2
+// CHECK:         %[[E:[0-9]+]] = torch.aten.add.int %[[S]], %int1
+// CHECK:         torch.aten.slice_scatter %arg0, %arg1, %int2, %[[S]], %[[E]], %int1
+// LOWERED-LABEL: func.func @cache_write
+// LOWERED:       func.func private @cuvil_kernel_cache_write_2x2x32x64_d2_t1_f16
+// LOWERED:         torch.aten.slice_scatter
+func.func @cache_write(%kc: !torch.vtensor<[2,2,32,64],f16>, %vc: !torch.vtensor<[2,2,32,64],f16>, %k: !torch.vtensor<[2,2,1,64],f16>, %v: !torch.vtensor<[2,2,1,64],f16>, %pos: !torch.vtensor<[1],si64>) -> (!torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,32,64],f16>) {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int31 = torch.constant.int 31
+  %p = torch.aten.Int.Tensor %pos : !torch.vtensor<[1],si64> -> !torch.int
+  %ge = torch.aten.ge.int %p, %int0 : !torch.int, !torch.int -> !torch.bool
+  %gei = torch.aten.Int.bool %ge : !torch.bool -> !torch.int
+  %geb = torch.aten.Bool.int %gei : !torch.int -> !torch.bool
+  torch.runtime.assert %geb, "Runtime assertion failed for expression u0 >= 0"
+  %le = torch.aten.le.int %p, %int31 : !torch.int, !torch.int -> !torch.bool
+  torch.runtime.assert %le, "Runtime assertion failed for expression u0 <= 31"
+  %end = torch.aten.add.int %p, %int1 : !torch.int, !torch.int -> !torch.int
+  %dead = torch.aten.slice.Tensor %kc, %int2, %p, %end, %int1 : !torch.vtensor<[2,2,32,64],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,2,1,64],f16>
+  %kw = torch.aten.slice_scatter %kc, %k, %int2, %p, %end, %int1 : !torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,1,64],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,2,32,64],f16>
+  %vw = torch.aten.slice_scatter %vc, %v, %int2, %p, %end, %int1 : !torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,1,64],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,2,32,64],f16>
+  return %kw, %vw : !torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,32,64],f16>
+}
+
+// -----
+
+// Kept as the program had it: int(P) has a use that needs it on the host (a dynamic slice), so
+// the asserts stay; a write at a constant offset is IREE's (nothing to read back); a write whose
+// end is not start + the rows written is not a cache write.
+// CHECK-LABEL: func.func @cache_write_kept
+// CHECK:         torch.aten.Int.Tensor %arg3
+// CHECK:         torch.runtime.assert
+// CHECK:         call @cuvil_kernel_cache_write_2x2x32x64_d2_t4_f16_o1(%arg0, %arg1, %arg3)
+// CHECK:         torch.aten.slice.Tensor %arg0, %int2, %int0, %[[END:[0-9]+]]
+// CHECK:         torch.aten.slice_scatter %arg0, %arg1, %int2, %int0, %int4, %int1
+// CHECK:         torch.aten.slice_scatter %arg0, %arg2, %int2, %{{[0-9]+}}, %[[END]], %int1
+// CHECK:       func.func private @cuvil_kernel_cache_write_2x2x32x64_d2_t4_f16_o1
+// CHECK-SAME:    offset = 1 : i64
+// CHECK:         torch.aten.add.int %{{[0-9]+}}, %int1
+func.func @cache_write_kept(%kc: !torch.vtensor<[2,2,32,64],f16>, %k: !torch.vtensor<[2,2,4,64],f16>, %k2: !torch.vtensor<[2,2,3,64],f16>, %pos: !torch.vtensor<[1],si64>) -> (!torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,?,64],f16>, !torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,32,64],f16>) {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int4 = torch.constant.int 4
+  %int5 = torch.constant.int 5
+  %p = torch.aten.Int.Tensor %pos : !torch.vtensor<[1],si64> -> !torch.int
+  %ge = torch.aten.ge.int %p, %int0 : !torch.int, !torch.int -> !torch.bool
+  torch.runtime.assert %ge, "Runtime assertion failed for expression u0 >= 0"
+  %start = torch.aten.add.int %p, %int1 : !torch.int, !torch.int -> !torch.int
+  %end = torch.aten.add.int %p, %int5 : !torch.int, !torch.int -> !torch.int
+  %kw = torch.aten.slice_scatter %kc, %k, %int2, %start, %end, %int1 : !torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,4,64],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,2,32,64],f16>
+  %seen = torch.aten.slice.Tensor %kc, %int2, %int0, %end, %int1 : !torch.vtensor<[2,2,32,64],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,2,?,64],f16>
+  %static = torch.aten.slice_scatter %kc, %k, %int2, %int0, %int4, %int1 : !torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,4,64],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,2,32,64],f16>
+  %short = torch.aten.slice_scatter %kc, %k2, %int2, %start, %end, %int1 : !torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,3,64],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,2,32,64],f16>
+  return %kw, %seen, %static, %short : !torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,?,64],f16>, !torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,32,64],f16>
+}
+
+// -----
+
+// v cut from a fused QKV projection's [B, T, N] output (slice, view as heads, transpose): the
+// kernel reads it there (src_layout), so the slice and the transpose go; the function's body
+// rebuilds them for IREE's own write.
+// CHECK-LABEL: func.func @cache_write_strided
+// CHECK-NOT:     torch.aten.transpose.int
+// CHECK:         %[[W:[0-9]+]] = call @cuvil_kernel_cache_write_2x2x32x64_d2_t3_f16_strided_{{[0-9a-f]+}}(%arg0, %arg1, %arg2) : (!torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,3,512],f16>, !torch.vtensor<[1],si64>) -> !torch.vtensor<[2,2,32,64],f16>
+// CHECK:         return %[[W]]
+// CHECK:       func.func private @cuvil_kernel_cache_write_2x2x32x64_d2_t3_f16_strided_
+// CHECK-SAME:    heads = 2 : i64
+// CHECK-SAME:    src_layout = "2x3x512:384:1536:64:512"
+// CHECK:         torch.aten.slice.Tensor %arg1, %int2, %int384, %int512, %int1
+// CHECK:         torch.aten.view
+// CHECK:         torch.aten.transpose.int
+// CHECK:         torch.aten.slice_scatter %arg0
+func.func @cache_write_strided(%kc: !torch.vtensor<[2,2,32,64],f16>, %qkv: !torch.vtensor<[2,3,512],f16>, %pos: !torch.vtensor<[1],si64>) -> !torch.vtensor<[2,2,32,64],f16> {
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int3 = torch.constant.int 3
+  %int64 = torch.constant.int 64
+  %int384 = torch.constant.int 384
+  %int512 = torch.constant.int 512
+  %p = torch.aten.Int.Tensor %pos : !torch.vtensor<[1],si64> -> !torch.int
+  %end = torch.aten.add.int %p, %int3 : !torch.int, !torch.int -> !torch.int
+  %v = torch.aten.slice.Tensor %qkv, %int2, %int384, %int512, %int1 : !torch.vtensor<[2,3,512],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,3,128],f16>
+  %shape = torch.prim.ListConstruct %int2, %int3, %int2, %int64 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %heads = torch.aten.view %v, %shape : !torch.vtensor<[2,3,128],f16>, !torch.list<int> -> !torch.vtensor<[2,3,2,64],f16>
+  %t = torch.aten.transpose.int %heads, %int1, %int2 : !torch.vtensor<[2,3,2,64],f16>, !torch.int, !torch.int -> !torch.vtensor<[2,2,3,64],f16>
+  %w = torch.aten.slice_scatter %kc, %t, %int2, %p, %end, %int1 : !torch.vtensor<[2,2,32,64],f16>, !torch.vtensor<[2,2,3,64],f16>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,2,32,64],f16>
+  return %w : !torch.vtensor<[2,2,32,64],f16>
+}
