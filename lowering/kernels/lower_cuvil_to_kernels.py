@@ -58,6 +58,13 @@ call's ``[..., N]`` result viewed as ``[..., H, D]`` becomes ``slice(view(y, [..
 -2, a/D, b/D)`` ("slice by heads"). The same values; but IREE fuses a slice into its consumer
 only when no reshape stands between them, so the slice-then-view form cost a copy of q and k
 (a ``slow_memcpy`` dispatch each, a tenth of a Llama layer at 4096 tokens on an H100).
+A KV-cache write at a position the device holds, ``slice_scatter(cache, new, dim, int(P) + n,
+int(P) + n + T)`` (compile_causal_lm's steps), becomes a call of a cache-write kernel function
+``(cache, new, P) -> cache'`` (``cache_write_form``): the kernel reads P on the device and writes in
+place, where IREE's own copy takes the offset as a push constant and so reads P back to the host
+before every call. A ``[B, H, S, D]`` cache's new k or v is passed as ``attention_operand`` finds it
+(the fused QKV output itself, with strides). torch.export's range asserts on ``int(P)``, then the only
+host reads left, are dropped (``_drop_host_reads``). docs/targets.md, "The KV-cache write".
 Test: tests/lowering/kernels/lower-cuvil-to-kernels.mlir.
 """
 
@@ -976,5 +983,5 @@ def _run(module: ir.Module) -> Firings:
     return fired
 
 
-PASS = FunctionPass(NAME, run, "cuvil.linear and cuvil.attention -> calls of per-shape kernel functions a target fills",
+PASS = FunctionPass(NAME, run, "cuvil.linear, cuvil.attention and KV-cache writes -> calls of per-shape kernel functions a target fills",
                     LowerCuvilToKernelsOptions())
