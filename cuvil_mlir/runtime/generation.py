@@ -155,7 +155,7 @@ class CausalLM(CompiledModel):
         """One call of ``function`` with ``args`` and the cache; the logits back on the host when
         ``read`` (a prefill chunk before the last only fills the cache)."""
         session = self._session_with_cache()
-        views = session.invoke_resident(function, [*args, *self._cache])
+        views = session.invoke_resident(function, [*args, *self._cache], kept_inputs=True)  # results: logits only
         return session.to_host(views[:1])[0] if read else None
 
     def _session_with_cache(self):

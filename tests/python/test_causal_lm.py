@@ -46,9 +46,9 @@ def _calls(monkeypatch) -> list[str]:
     called = []
     original = Session.invoke_resident
 
-    def spy(self, function, args):
+    def spy(self, function, args, **kwargs):
         called.append(function)
-        return original(self, function, args)
+        return original(self, function, args, **kwargs)
 
     monkeypatch.setattr(Session, "invoke_resident", spy)
     return called
@@ -172,8 +172,11 @@ def test_cache_stays_on_device(compiled_lm, monkeypatch):
         return original(self, views)
 
     monkeypatch.setattr(Session, "to_host", spy)
+    uploads = dict(lm._session._uploads)
     lm.generate(ids, max_new_tokens=6)
     assert all(a is b for a, b in zip(lm._cache, cache))  # the same device buffers, not new ones per step
+    # the per-step inputs (ids, position, last) go through the same kept buffers every call
+    assert lm._session._uploads.keys() == uploads.keys() and all(lm._session._uploads[k] is v for k, v in uploads.items())
     logits_bytes = BATCH * lm.vocab_size * 4
     assert read_back == [logits_bytes] * 6  # per step only the logits come back, never the cache
     monkeypatch.undo()
