@@ -287,6 +287,7 @@ def _describe_kernels(kernels: list[dict]) -> list[str]:
     lines = [f"kernels:     {sum(1 for k in kernels if k.get('kernel'))} of {len(kernels)} kernel functions on the target's kernels"]
     for k in kernels:
         sites = ", ".join(s or "(top level)" for s in k.get("sites", []))
-        what = f"{k['kernel']} ({k.get('config')})" if k.get("kernel") else f"IREE codegen ({k.get('why')})"
+        config = f" ({k['config']})" if k.get("config") else ""
+        what = f"{k['kernel']}{config}" if k.get("kernel") else f"IREE codegen ({k.get('why')})"
         lines.append(f"  {k['function']}: {what}" + (f" <- {sites}" if sites else ""))
     return lines

@@ -312,9 +312,12 @@ def join(timing: Timing, sites: list[dict] | None, *, target: str, peak: dict | 
 
 def dispatch_kind(key: str) -> str:
     """``main$async_dispatch_3_matmul_like_128x768x2304_f16`` -> ``matmul_like``; a prebuilt
-    kernel (targets/cuda_kernels.py: ``cuvil_linear_128x768x768_f16_..``) -> ``kernel_linear``."""
+    kernel (targets/cuda_kernels.py: ``cuvil_linear_128x768x768_f16_..``) -> ``kernel_linear``
+    (``kernel_attention``, ``kernel_cache_write``)."""
     if key.startswith(("cuvil_linear_", "cuvil_attention_")):
         return "kernel_" + key.split("_")[1]
+    if key.startswith("cuvil_cache_write_"):
+        return "kernel_cache_write"
     m = _DISPATCH_NAME.search(key)
     if not m:
         return key

@@ -410,10 +410,21 @@ def test_inspect_says_which_function_got_which_kernel():
     lines = _describe_kernels([
         {"function": "cuvil_kernel_linear_a", "kernel": "cuvil_linear_a_k", "config": "128x256x64w8s3", "sites": ["h.0.mlp", "h.1.mlp"]},
         {"function": "cuvil_kernel_linear_b", "kernel": None, "why": "triton is not installed", "sites": [""]},
+        {"function": "cuvil_kernel_cache_write_c", "op": "cache_write", "kernel": "cuvil_cache_write_c_k", "sites": ["layers.0.attn"]},
     ])
     assert lines == [
-        "kernels:     1 of 2 kernel functions on the target's kernels",
+        "kernels:     2 of 3 kernel functions on the target's kernels",
         "  cuvil_kernel_linear_a: cuvil_linear_a_k (128x256x64w8s3) <- h.0.mlp, h.1.mlp",
         "  cuvil_kernel_linear_b: IREE codegen (triton is not installed) <- (top level)",
+        "  cuvil_kernel_cache_write_c: cuvil_cache_write_c_k <- layers.0.attn",  # no tile config
     ]
     assert _describe_kernels([]) == []
+
+
+def test_profile_names_the_kernel_kinds():
+    from cuvil_mlir.eval.profiler import dispatch_kind
+
+    assert dispatch_kind("cuvil_linear_128x768x768_f16_none_64x64w4s3_ab12cd34") == "kernel_linear"
+    assert dispatch_kind("cuvil_attention_1x12x12x128x128x64_f16_causal_64x64w4s3_ab12cd34") == "kernel_attention"
+    assert dispatch_kind("cuvil_cache_write_64x2048x1x64_f16_strided_ab12cd34") == "kernel_cache_write"
+    assert dispatch_kind("decode$async_dispatch_7_slow_memcpy") == "slow_memcpy"
