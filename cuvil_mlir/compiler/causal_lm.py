@@ -25,7 +25,9 @@ through ``Cache.update`` and takes a 4-D mask compiles (checked: GPT-2, Llama, M
 
 from __future__ import annotations
 
-from cuvil_mlir.core.diagnostics import CuvilError, InputError
+import warnings
+
+from cuvil_mlir.core.diagnostics import CuvilError, ImportError_, InputError
 
 
 def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len: int | None = None, target: str = "cpu",
@@ -45,7 +47,7 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
     prefill_len = min(max_seq_len, 128) if prefill_len is None else prefill_len
     if not 1 <= prefill_len <= max_seq_len:
         raise InputError(f"prefill_len must be in 1..max_seq_len ({max_seq_len}), got {prefill_len}")
-    programs, cache = _export_programs(hf_model, batch, max_seq_len, prefill_len)
+    programs, cache, skipped = _export_programs(hf_model, batch, max_seq_len, prefill_len)
     options = Options(target=target, opt_level=opt_level, precision=precision, params=params,
                       record_dispatches=record_dispatches)
     modules, metadata, parameters = compile_functions(programs, options, entry="decode")
@@ -56,6 +58,7 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
         "max_seq_len": max_seq_len,
         "prefill_len": prefill_len,
         "functions": list(programs),  # prefill_first, prefill, decode: what CausalLM may call
+        **({"prefill_first_skipped": skipped} if skipped else {}),  # why prefill_first could not be exported
         "vocab_size": int(config.get_text_config().vocab_size),
         "cache": [{"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")} for t in cache],
         "eos_token_id": _token_ids(getattr(generation, "eos_token_id", None)),
@@ -80,19 +83,38 @@ def _export_programs(hf_model, batch: int, max_seq_len: int, prefill_len: int):
     def index():
         return torch.zeros(1, dtype=torch.int64)
 
+    programs, skipped = {}, None
     with torch.no_grad():
-        with _attention(hf_model, _CAUSAL_SDPA):
-            programs = {"prefill_first": export_module(first(hf_model), (ids(prefill_len), index(), *cache), {}, None)}
-        with _attention(hf_model, "sdpa"):
-            programs["prefill"] = export_module(step(hf_model), (ids(prefill_len), index(), index(), *cache), {}, None)
-            programs["decode"] = export_module(step(hf_model), (ids(1), index(), index(), *cache), {}, None)
+        try:
+            with _attention(hf_model, _CAUSAL_SDPA):
+                programs["prefill_first"] = export_module(first(hf_model), (ids(prefill_len), index(), *cache), {}, None)
+        except CuvilError as e:  # attention that is not plain SDPA (softcapping, ALiBi, its own kernels)
+            skipped = str(e)
+        # SDPA (one op the importer keeps whole: cuvil.attention), else the model's written-out
+        # attention ("eager": what transformers requires for e.g. Gemma 2's logit softcapping)
+        for implementation in ("sdpa", "eager"):
+            try:
+                with _attention(hf_model, implementation):
+                    additive = implementation == "eager"
+                    programs["prefill"] = export_module(step(hf_model, additive), (ids(prefill_len), index(), index(), *cache), {}, None)
+                    programs["decode"] = export_module(step(hf_model, additive), (ids(1), index(), index(), *cache), {}, None)
+                break
+            except CuvilError as e:
+                if implementation == "eager":
+                    raise ImportError_(f"{type(hf_model).__name__}: its prefill/decode step could not be exported: {e}. "
+                                       "compile_causal_lm runs the model's own forward with a 4-D attention mask over "
+                                       "the cache and cache layers written through transformers' Cache.update; a model "
+                                       "that builds its attention from a 2-D mask (e.g. ALiBi's) does not take that") from e
     for name, program in programs.items():
         written = _mutated_inputs(program)
         if written != len(cache):
             raise CuvilError(f"{type(hf_model).__name__}: its {name} step writes {written} of the {len(cache)} KV-cache "
                              "tensors; cuvil needs a model whose attention stores keys and values through transformers' "
                              "Cache.update")
-    return programs, cache
+    if skipped is not None:
+        warnings.warn(f"{type(hf_model).__name__}: no prefill_first (every prompt chunk runs prefill, the masked "
+                      f"attention over the cache): {skipped}", stacklevel=3)
+    return programs, cache, skipped
 
 
 def _check_model(model, max_seq_len: int, batch: int):
@@ -216,9 +238,9 @@ def _step_classes():
     class Step(torch.nn.Module):
         """prefill and decode: tokens at ``position ..`` attend to the cache up to their own position."""
 
-        def __init__(self, model):
+        def __init__(self, model, additive: bool = False):
             super().__init__()
-            self.model = model
+            self.model, self.additive = model, additive
 
         def forward(self, input_ids, position, last, *cache):
             batch, length = input_ids.shape
@@ -230,6 +252,9 @@ def _step_classes():
             # token i sees the cache up to its own position
             seen = torch.arange(end, dtype=torch.int64)[None, :] <= index[:, None]
             mask = seen[None, None].expand(batch, 1, length, end)
+            if self.additive:  # the written-out ("eager") attention adds its mask to the scores
+                dtype = cache[0].dtype
+                mask = (~mask).to(dtype) * torch.finfo(dtype).min
             layers = [ArgumentLayer(cache[i], cache[i + 1], start, end) for i in range(0, len(cache), 2)]
             out = self.model(input_ids=input_ids, position_ids=index[None, :].expand(batch, length), attention_mask=mask,
                              past_key_values=Cache(layers=layers), use_cache=True, logits_to_keep=last)

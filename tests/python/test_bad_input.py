@@ -89,6 +89,29 @@ def test_export_failure_is_reported():
         cuvil_mlir.compile(DataDependent(), (torch.randn(3),))
 
 
+def test_op_torch_mlir_cannot_lower_is_named():
+    """torch-mlir's exception says only that its pipeline failed; the error names the op it could
+    not lower and the nn.Module it sits in (from MLIR's diagnostic)."""
+    class Router(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return torch.histc(self.gate(x).float(), bins=4, min=0, max=4)  # Mixtral's expert counts
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.router = Router()
+
+        def forward(self, x):
+            return self.router(x)
+
+    with pytest.raises(ImportError_, match=r"torch-mlir has no lowering for aten\.histc \(at router\)"):
+        cuvil_mlir.compile(Block(), (torch.randn(3, 8),))
+
+
 def test_cuvil_op_nothing_lowers_is_named():
     """With the lowering pass switched off, the hand-off check names the op and its location."""
     model, args = models.mlp(batch=1)

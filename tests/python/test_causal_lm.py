@@ -7,11 +7,13 @@ fp32) for 64 new tokens on the CPU.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 import cuvil_mlir
-from cuvil_mlir.core.diagnostics import InputError
+from cuvil_mlir.core.diagnostics import ImportError_, InputError
 from cuvil_mlir.runtime.generation import CausalLM
 from cuvil_mlir.runtime.session import Session, available_devices
 
@@ -115,7 +117,7 @@ def test_prefill_first_attention_is_causal_without_mask(arch):
 
     torch.manual_seed(0)
     model = _config(arch).eval()
-    programs, _ = _export_programs(model, BATCH, MAX_SEQ, CHUNK)
+    programs, _, _ = _export_programs(model, BATCH, MAX_SEQ, CHUNK)
     text = compile_functions(programs, Options(), entry="decode", emit="cuvil").text
     functions = dict(re.findall(r"func\.func (?:\w+ )?@(\w+)\((.*?)\n  \}", text, re.S))
     attention = {name: re.findall(r'"cuvil\.attention"\(([^)]*)\) \{is_causal = (\w+).*?: \((.*?)\) ->', body)
@@ -137,7 +139,7 @@ def test_package_without_prefill_first(compiled_lm, tmp_path, monkeypatch, capsy
     arch, model, lm = compiled_lm
     if arch != "gpt2":
         pytest.skip("one architecture is enough")
-    programs, _ = _export_programs(model, BATCH, MAX_SEQ, CHUNK)
+    programs, _, _ = _export_programs(model, BATCH, MAX_SEQ, CHUNK)
     del programs["prefill_first"]
     modules, metadata, parameters = compile_functions(programs, Options(), entry="decode")
     metadata["causal_lm"] = {k: v for k, v in lm.metadata["causal_lm"].items() if k != "functions"}
@@ -448,7 +450,7 @@ def test_no_step_copies_the_cache(arch):
     from cuvil_mlir.targets import iree, parse_target
 
     torch.manual_seed(0)
-    programs, cache = _export_programs(_config(arch).eval(), BATCH, MAX_SEQ, CHUNK)
+    programs, cache, _ = _export_programs(_config(arch).eval(), BATCH, MAX_SEQ, CHUNK)
     lowered = compile_functions(programs, Options(params="inline"), entry="decode", emit="lowered", elide_weights=False).text
     stream = iree.compile_to_vmfb(parse_module(lowered, make_context()), [*parse_target("cpu").iree_flags(), "--compile-to=stream",
                                                                          "--mlir-elide-elementsattrs-if-larger=8"]).decode()
@@ -482,7 +484,7 @@ def test_cuda_steps_write_the_cache_on_the_device(arch):
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
             num_hidden_layers=2, hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=256,
             vocab_size=512, max_position_embeddings=128))
-    programs, cache = _export_programs(model.eval().half(), BATCH, MAX_SEQ, CHUNK)
+    programs, cache, _ = _export_programs(model.eval().half(), BATCH, MAX_SEQ, CHUNK)
     lowered = compile_functions(programs, Options(target="cuda:h200", params="inline"), entry="decode", emit="lowered",
                                 elide_weights=False).text
     target = parse_target("cuda:h200")
@@ -501,3 +503,49 @@ def test_cuda_steps_write_the_cache_on_the_device(arch):
         assert "stream.resource.load" not in body, name  # the host reading the position
         if name == "decode":  # k and v read where the QKV projection wrote them: no copy dispatch to cut them out
             assert "slow_memcpy" not in body, name
+
+
+def _more_architectures():
+    common = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=128)
+    return {
+        "gemma": lambda: transformers.GemmaForCausalLM(transformers.GemmaConfig(**common, head_dim=16)),
+        # logit softcapping: SDPA does not take it, so the steps export the written-out attention with an
+        # additive mask, and there is no prefill_first (its causal SDPA has no softcap either)
+        "gemma2": lambda: transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**common, head_dim=16, sliding_window=128)),
+        "phi3": lambda: transformers.Phi3ForCausalLM(transformers.Phi3Config(**common, pad_token_id=0)),
+        "qwen3": lambda: transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**common, head_dim=16)),
+        "gpt_neox": lambda: transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
+            vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128)),
+        # its own attention module: prefill_first cannot be exported, prefill and decode can
+        "falcon": lambda: transformers.FalconForCausalLM(transformers.FalconConfig(
+            vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, new_decoder_architecture=True, num_kv_heads=2)),
+    }
+
+
+@pytest.mark.parametrize("arch", list(_more_architectures()))
+def test_more_architectures_match_transformers(arch):
+    """Architectures beyond the four the issue names: greedy tokens equal transformers' for a
+    prompt of two chunks; a model whose attention prefill_first cannot take compiles without it
+    (the metadata says why) and prefills every chunk with prefill."""
+    torch.manual_seed(0)
+    model = _more_architectures()[arch]().eval()
+    model.generation_config.eos_token_id = None
+    ids = torch.randint(0, 512, (2, 11))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lm = cuvil_mlir.compile_causal_lm(model, max_seq_len=48, batch=2, prefill_len=8)
+    skipped = lm.metadata["causal_lm"].get("prefill_first_skipped")
+    assert (skipped is not None) == (arch in ("gemma2", "falcon")), skipped
+    assert ("prefill_first" in lm.functions) == (skipped is None)
+    assert (skipped is None) or any("no prefill_first" in str(w.message) for w in caught)
+    out = lm.generate(ids, max_new_tokens=12)
+    ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert torch.equal(out, ref), (out, ref)
+
+
+def test_model_without_a_4d_mask_path_is_a_clear_error():
+    """BLOOM builds ALiBi from a 2-D attention mask: the error says what compile_causal_lm needs."""
+    model = transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=512, hidden_size=64, n_layer=2, n_head=4)).eval()
+    with pytest.raises(ImportError_, match=r"BloomForCausalLM: its prefill/decode step could not be exported: .*4-D attention mask"):
+        cuvil_mlir.compile_causal_lm(model, max_seq_len=48, batch=2, prefill_len=8)

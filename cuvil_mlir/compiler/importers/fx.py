@@ -13,7 +13,7 @@ import re
 import warnings
 
 from cuvil_mlir.core import params
-from cuvil_mlir.core.diagnostics import ImportError_
+from cuvil_mlir.core.diagnostics import ImportError_, module_path
 from cuvil_mlir.compiler.importers import parameters
 from cuvil_mlir.core.ir import elements_attr, ir
 from cuvil_mlir.core.tensor_types import TORCH_TO_MLIR
@@ -86,8 +86,9 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
     from torch_mlir import fx
     from torch_mlir.extras.fx_importer import FxImporter
 
+    errors = []
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _errors_of(ctx, errors):
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecation noise
             program = _with_non_persistent_buffers(program.run_decompositions(_decomposition_table(kept_ops, complex_ops)))
             if prepare is not None:
@@ -105,7 +106,7 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
     except ImportError_:
         raise
     except Exception as e:
-        raise ImportError_(f"torch-mlir could not import the program: {type(e).__name__}: {_short(e)}") from e
+        raise ImportError_(f"torch-mlir could not import the program: {_failure(e, errors)}") from e
 
 
 def import_functions(programs: dict, ctx: ir.Context, *, kept_ops=KEPT_OPS, store=None) -> ir.Module:
@@ -122,9 +123,9 @@ def import_functions(programs: dict, ctx: ir.Context, *, kept_ops=KEPT_OPS, stor
     from torch_mlir.extras.fx_importer import FxImporter
 
     names = list(programs)
-    decomposed = {}
+    decomposed, errors = {}, []
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _errors_of(ctx, errors):
             warnings.simplefilter("ignore", FutureWarning)
             for name in names:
                 decomposed[name] = _with_non_persistent_buffers(programs[name].run_decompositions(_decomposition_table(kept_ops)))
@@ -149,7 +150,7 @@ def import_functions(programs: dict, ctx: ir.Context, *, kept_ops=KEPT_OPS, stor
     except ImportError_:
         raise
     except Exception as e:
-        raise ImportError_(f"torch-mlir could not import the programs {names}: {type(e).__name__}: {_short(e)}") from e
+        raise ImportError_(f"torch-mlir could not import the programs {names}: {_failure(e, errors)}") from e
 
 
 def _with_module_paths(importer):
@@ -285,6 +286,44 @@ def _with_non_persistent_buffers(program):
     if missing:
         program._state_dict = {**program.state_dict, **missing}
     return program
+
+
+class _errors_of:
+    """Collects the error diagnostics MLIR emits in ``ctx`` while the block runs, as
+    (message, module path) into ``out``: torch-mlir's exception says only that its pipeline
+    failed, the op that did not lower is in a diagnostic it prints to the process's stderr."""
+
+    def __init__(self, ctx, out: list):
+        self.ctx, self.out, self.handler = ctx, out, None
+
+    def _handle(self, d) -> bool:
+        if d.severity != ir.DiagnosticSeverity.ERROR:
+            return False  # the default handling
+        self.out.append((" ".join(str(d.message).split()), module_path(d.location)))
+        return True
+
+    def __enter__(self):
+        self.handler = self.ctx.attach_diagnostic_handler(self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        self.handler.detach()
+
+
+_ILLEGAL_OP = re.compile(r"failed to legalize operation '([\w.]+)'(?:.*?name = \"([\w.]+)\")?")
+
+
+def _failure(e: Exception, errors: list) -> str:
+    """What an import failure says: the first MLIR error (the op torch-mlir could not lower and
+    the nn.Module it came from) when there is one, else the exception."""
+    if not errors:
+        return f"{type(e).__name__}: {_short(e)}"
+    message, path = errors[0]
+    illegal = _ILLEGAL_OP.search(message)
+    if illegal:
+        op = illegal.group(2) or illegal.group(1)
+        return f"torch-mlir has no lowering for {op.removeprefix('torch.')}" + (f" (at {path})" if path else "")
+    return f"{_short(Exception(message), 400)}" + (f" (at {path})" if path else "")
 
 
 def _short(e: Exception, limit: int = 600) -> str:
