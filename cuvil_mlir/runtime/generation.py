@@ -53,16 +53,29 @@ class CausalLM(CompiledModel):
 
     def generate(self, input_ids, max_new_tokens: int = 20, *, do_sample: bool = False, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, eos_token_id=None, pad_token_id=None,
-                 streamer=None, progress: bool = False, generator=None):
+                 streamer=None, progress: bool = False, generator=None, attention_mask=None, **unsupported):
         """The prompt plus up to ``max_new_tokens`` new tokens per row, as transformers'
         ``generate`` returns them (greedy by default; ``do_sample`` samples with ``temperature``,
         ``top_k``, ``top_p``). Rows that produced an end-of-sequence token are padded after it,
         and generation stops when every row has. ``streamer``: an object with ``put(ids)`` and
         ``end()`` (transformers' TextStreamer); ``progress``: a progress bar on the terminal
-        that shows the tokens of row 0 as they come."""
+        that shows the tokens of row 0 as they come. ``attention_mask`` (transformers'
+        ``[batch, length]``) is taken when it keeps every token: the rows of a batch are prompts
+        of one length (padded batches are not supported). Other transformers arguments are an
+        error that names them."""
         import torch
 
+        if unsupported:
+            raise InputError(f"generate does not take {', '.join(sorted(unsupported))}; it takes max_new_tokens, do_sample, "
+                             "temperature, top_k, top_p, eos_token_id, pad_token_id, streamer, progress, generator, attention_mask")
         ids = self._check_prompt(input_ids, max_new_tokens)
+        if attention_mask is not None:
+            mask = torch.as_tensor(attention_mask)
+            if tuple(mask.shape) != tuple(ids.shape):
+                raise InputError(f"attention_mask has shape {list(mask.shape)}; input_ids has {list(ids.shape)}")
+            if not bool((mask != 0).all()):
+                raise InputError("attention_mask masks some tokens out: padded prompts are not supported (the compiled "
+                                 "steps attend to every cached token); generate rows of one length, or one row at a time")
         eos = _as_list(eos_token_id if eos_token_id is not None else self.eos_token_id)
         pad = pad_token_id if pad_token_id is not None else (self.pad_token_id if self.pad_token_id is not None else (eos[0] if eos else 0))
         bar = _Progress(max_new_tokens) if progress else None

@@ -218,6 +218,15 @@ def test_bad_calls(compiled_lm):
         lm.generate(torch.zeros(BATCH, 4), max_new_tokens=2)
     with pytest.raises(InputError, match=r"\.generate"):
         lm(torch.zeros(BATCH, 4, dtype=torch.int64))
+    ids = torch.zeros(BATCH, 4, dtype=torch.int64)
+    with pytest.raises(InputError, match="padded prompts are not supported"):
+        lm.generate(ids, attention_mask=torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]), max_new_tokens=2)
+    with pytest.raises(InputError, match=r"attention_mask has shape \[2, 3\]"):
+        lm.generate(ids, attention_mask=torch.ones(BATCH, 3), max_new_tokens=2)
+    with pytest.raises(InputError, match="generate does not take min_new_tokens, num_beams"):
+        lm.generate(ids, max_new_tokens=2, num_beams=4, min_new_tokens=2)
+    # transformers' all-ones mask is taken
+    assert lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=2).shape == (BATCH, 6)
 
 
 def test_save_load_and_sampling(compiled_lm, tmp_path):
