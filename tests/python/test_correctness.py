@@ -352,7 +352,7 @@ def test_fused_tanh_gelu_epilogue_is_as_accurate_as_the_unfused_program():
     assert err_fused <= 4 * err_unfused + 1e-6, (err_fused, err_unfused)
 
 
-def test_the_checker_fails_a_rewrite_that_is_within_tolerance_but_less_accurate():
+def test_the_checker_fails_a_rewrite_that_is_within_tolerance_but_less_accurate(tmp_path):
     from cuvil_mlir.core.patterns import PatternSet, build, torch_float
     from cuvil_mlir.eval.testing import check_pattern
 
@@ -370,9 +370,9 @@ def test_the_checker_fails_a_rewrite_that_is_within_tolerance_but_less_accurate(
 
         return ps
 
-    exact = check_pattern(make(-1.0), "neg_as_mul", seeds=1)
+    exact = check_pattern(make(-1.0), "neg_as_mul", seeds=1, repro_dir=tmp_path)
     assert exact.passed
-    lossy = check_pattern(make(-(1.0 + 2.0 ** -18)), "neg_as_mul", seeds=1)  # 3.8e-6 relative: inside fp32's 1e-4
+    lossy = check_pattern(make(-(1.0 + 2.0 ** -18)), "neg_as_mul", seeds=1, repro_dir=tmp_path)  # 3.8e-6 relative: inside fp32's 1e-4
     assert not lossy.passed
     assert "less accurate than before the rewrite" in str(lossy)
 
