@@ -300,12 +300,9 @@ class Session:
     def _to_device(self, a: np.ndarray):
         import iree.runtime as rt
 
-        element_type = rt.array_interop.map_dtype_to_element_type(a.dtype)
-        if element_type is None:
-            raise RuntimeFailure(f"the IREE runtime has no element type for numpy dtype {a.dtype}")
         return self._device.allocator.allocate_buffer_copy(
             memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
-            device=self._device, buffer=np.ascontiguousarray(a), element_type=element_type)
+            device=self._device, buffer=np.ascontiguousarray(a), element_type=_element_type(a.dtype))
 
     def _upload(self, arrays: list[np.ndarray]) -> list:
         """Buffer views of ``arrays`` in the kept device buffers (``invoke_resident``'s
@@ -317,9 +314,6 @@ class Session:
         semaphore, step, views = device.create_semaphore(0), 0, []
         for index, a in enumerate(arrays):
             a = np.ascontiguousarray(a)
-            element_type = rt.array_interop.map_dtype_to_element_type(a.dtype)
-            if element_type is None:
-                raise RuntimeFailure(f"the IREE runtime has no element type for numpy dtype {a.dtype}")
             if not a.nbytes:
                 views.append(self._to_device(a))
                 continue
@@ -336,7 +330,7 @@ class Session:
             device.queue_copy(host, target, wait_semaphores=rt.HalFence.create_at(semaphore, step),
                               signal_semaphores=rt.HalFence.create_at(semaphore, step + 1))
             step += 1
-            views.append(rt.HalBufferView(target, list(a.shape), element_type))
+            views.append(rt.HalBufferView(target, list(a.shape), _element_type(a.dtype)))
         rt.HalFence.create_at(semaphore, step).wait()
         return views
 
@@ -374,6 +368,14 @@ class Session:
             shape = list(view.shape)
             out.append(np.zeros(shape, dtype) if host is None else np.array(host.map().asarray(shape, dtype)))
         return out
+
+
+def _element_type(dtype):
+    """IREE's element type of a numpy dtype."""
+    element_type = _runtime().array_interop.map_dtype_to_element_type(dtype)
+    if element_type is None:
+        raise RuntimeFailure(f"the IREE runtime has no element type for numpy dtype {dtype}")
+    return element_type
 
 
 def _parameter_index(parameters):
