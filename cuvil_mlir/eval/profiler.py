@@ -490,7 +490,8 @@ def _fmt(x, spec: str, none: str = "-") -> str:
 
 
 def table(prof: dict, limit: int = 25):
-    """A rich Table of the slowest dispatches, the totals in its caption."""
+    """A rich Table of the slowest dispatches, the totals in its caption. ``us`` is a dispatch
+    function's time per model call (all its calls together), ``us each`` one of its calls."""
     from rich.table import Table
 
     t = prof["totals"]
@@ -499,13 +500,15 @@ def table(prof: dict, limit: int = 25):
              f"{t['dispatches']:g} dispatches ({t['distinct_dispatches']} distinct)"
              + (f", {t['dispatches'] / t['layers']:.1f} per layer over {t['layers']} layers" if t.get("layers") else ""))
     tab = Table(title=title, title_justify="left")
-    for name, justify in (("#", "right"), ("dispatch", "left"), ("calls", "right"), ("us/call", "right"), ("share", "right"),
+    for name, justify in (("#", "right"), ("dispatch", "left"), ("calls", "right"), ("us", "right"), ("us each", "right"),
+                          ("share", "right"),
                           ("TFLOP/s", "right"), ("GB/s", "right"), ("% peak", "right"), ("module paths", "left"),
                           ("cuvil ops", "left")):
         tab.add_column(name, justify=justify, overflow="fold")
     for i, r in enumerate(prof["rows"][:limit], 1):
         peak = max(filter(None, (r["tflops_share_of_peak"], r["gbs_share_of_peak"])), default=None)
-        tab.add_row(str(i), _short_key(r["dispatch"]), f"{r['calls']:g}", _fmt(r["time_us"], ".1f"), _fmt(r["share"], ".1%"),
+        tab.add_row(str(i), _short_key(r["dispatch"]), f"{r['calls']:g}", _fmt(r["time_us"], ".1f"),
+                    _fmt(r.get("time_us_per_dispatch"), ".1f"), _fmt(r["share"], ".1%"),
                     _fmt(r["tflops"], ".2f"), _fmt(r["gbs"], ".0f"), _fmt(peak, ".1%"),
                     ", ".join(r["module_paths"][:3]) + (" ..." if len(r["module_paths"]) > 3 else ""),
                     ", ".join(r["cuvil_ops"]))
