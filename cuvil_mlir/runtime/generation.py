@@ -61,14 +61,16 @@ class CausalLM(CompiledModel):
         ``end()`` (transformers' TextStreamer); ``progress``: a progress bar on the terminal
         that shows the tokens of row 0 as they come. ``attention_mask`` (transformers'
         ``[batch, length]``) is taken when it keeps every token: the rows of a batch are prompts
-        of one length (padded batches are not supported). Other transformers arguments are an
-        error that names them."""
+        of one length (padded batches are not supported). Fewer rows than the compiled batch
+        are fine: the free rows run a copy of the first and are dropped. Other transformers
+        arguments are an error that names them."""
         import torch
 
         if unsupported:
             raise InputError(f"generate does not take {', '.join(sorted(unsupported))}; it takes max_new_tokens, do_sample, "
                              "temperature, top_k, top_p, eos_token_id, pad_token_id, streamer, progress, generator, attention_mask")
-        ids = self._check_prompt(input_ids, max_new_tokens)
+        ids = self._check_prompt(input_ids, max_new_tokens, fewer_rows=True)
+        rows = ids.shape[0]
         if attention_mask is not None:
             mask = torch.as_tensor(attention_mask)
             if tuple(mask.shape) != tuple(ids.shape):
@@ -82,14 +84,18 @@ class CausalLM(CompiledModel):
         if streamer is not None:
             streamer.put(ids.cpu())
         out = [ids]
-        finished = torch.zeros(self.batch, dtype=torch.bool)
-        logits = self.prefill(ids)
+        # fewer prompts than the compiled batch: the free rows repeat the first prompt, and their
+        # tokens are dropped (they count as finished from the start, so they never hold up the end)
+        finished = torch.arange(self.batch) >= rows
+        logits = self.prefill(torch.cat([ids, ids[:1].expand(self.batch - rows, -1)]) if rows < self.batch else ids)
         for step in range(max_new_tokens):
-            token = _choose(logits, do_sample, temperature, top_k, top_p, generator)
+            token = _choose(logits[:rows], do_sample, temperature, top_k, top_p, generator)
+            if rows < self.batch:
+                token = torch.cat([token, torch.full((self.batch - rows,), pad, dtype=token.dtype)])
             token = torch.where(finished, torch.full_like(token, pad), token)
-            out.append(token[:, None])
+            out.append(token[:rows, None])
             if streamer is not None:
-                streamer.put(token.cpu())
+                streamer.put(token[:rows].cpu())
             if bar is not None:
                 bar.advance(int(token[0]))
             if eos:
@@ -179,7 +185,7 @@ class CausalLM(CompiledModel):
             self._cache_session = self._session
         return self._session
 
-    def _check_prompt(self, input_ids, max_new_tokens: int):
+    def _check_prompt(self, input_ids, max_new_tokens: int, fewer_rows: bool = False):
         import torch
 
         ids = torch.as_tensor(input_ids)
@@ -187,8 +193,9 @@ class CausalLM(CompiledModel):
             ids = ids[None, :]
         if ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
             raise InputError(f"input_ids must be integer token ids of shape [batch, length], got {ids.dtype} {list(ids.shape)}")
-        if ids.shape[0] != self.batch:
-            raise InputError(f"this model was compiled for batch {self.batch}; input_ids has batch {ids.shape[0]}")
+        if ids.shape[0] > self.batch or (ids.shape[0] < self.batch and not fewer_rows) or ids.shape[0] < 1:
+            raise InputError(f"this model was compiled for batch {self.batch}; input_ids has batch {ids.shape[0]}"
+                             + (" (generate takes up to that many rows)" if fewer_rows else ""))
         if ids.shape[1] < 1:
             raise InputError("input_ids is empty: the prompt needs at least one token")
         if ids.shape[1] + max_new_tokens > self.max_seq_len:

@@ -210,7 +210,7 @@ def test_bad_calls(compiled_lm):
     _, _, lm = compiled_lm
     with pytest.raises(InputError, match="exceeds max_seq_len 80"):
         lm.generate(torch.zeros(BATCH, 20, dtype=torch.int64), max_new_tokens=61)
-    with pytest.raises(InputError, match="compiled for batch 2; input_ids has batch 3"):
+    with pytest.raises(InputError, match=r"compiled for batch 2; input_ids has batch 3 \(generate takes up to that many rows\)"):
         lm.generate(torch.zeros(3, 4, dtype=torch.int64), max_new_tokens=2)
     with pytest.raises(InputError, match="outside the vocabulary"):
         lm.generate(torch.full((BATCH, 4), 9000), max_new_tokens=2)
@@ -227,6 +227,17 @@ def test_bad_calls(compiled_lm):
         lm.generate(ids, max_new_tokens=2, num_beams=4, min_new_tokens=2)
     # transformers' all-ones mask is taken
     assert lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=2).shape == (BATCH, 6)
+
+
+def test_fewer_rows_than_the_compiled_batch(compiled_lm):
+    """A prompt batch smaller than the compiled one: the same tokens as transformers for those
+    rows, and only those rows come back."""
+    arch, model, lm = compiled_lm
+    ids = torch.randint(0, 8192, (BATCH - 1, 6), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False)
+    got = lm.generate(ids, max_new_tokens=10)
+    assert got.shape == expected.shape and torch.equal(got, expected), arch
 
 
 def test_save_load_and_sampling(compiled_lm, tmp_path):
