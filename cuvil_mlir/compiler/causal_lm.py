@@ -84,18 +84,22 @@ def _export_programs(hf_model, batch: int, max_seq_len: int, prefill_len: int):
         return torch.zeros(1, dtype=torch.int64)
 
     programs, skipped = {}, None
+    check = _StepCheck(hf_model, batch, max_seq_len, prefill_len, cache)
     with torch.no_grad():
         try:
             with _attention(hf_model, _CAUSAL_SDPA):
+                check.first(first(hf_model))
                 programs["prefill_first"] = export_module(first(hf_model), (ids(prefill_len), index(), *cache), {}, None)
         except CuvilError as e:  # attention that is not plain SDPA (softcapping, ALiBi, its own kernels)
             skipped = str(e)
         # SDPA (one op the importer keeps whole: cuvil.attention), else the model's written-out
-        # attention ("eager": what transformers requires for e.g. Gemma 2's logit softcapping)
+        # attention ("eager": what transformers requires for e.g. Gemma 2's logit softcapping) with
+        # an additive mask, which is also what a model with its own attention code may expect
         for implementation in ("sdpa", "eager"):
             try:
                 with _attention(hf_model, implementation):
                     additive = implementation == "eager"
+                    check.steps(step(hf_model, additive), implementation)
                     programs["prefill"] = export_module(step(hf_model, additive), (ids(prefill_len), index(), index(), *cache), {}, None)
                     programs["decode"] = export_module(step(hf_model, additive), (ids(1), index(), index(), *cache), {}, None)
                 break
@@ -115,6 +119,74 @@ def _export_programs(hf_model, batch: int, max_seq_len: int, prefill_len: int):
         warnings.warn(f"{type(hf_model).__name__}: no prefill_first (every prompt chunk runs prefill, the masked "
                       f"attention over the cache): {skipped}", stacklevel=3)
     return programs, cache, skipped
+
+
+class _StepCheck:
+    """The step modules run eagerly before they are exported, against the model's own forward
+    on a random prompt: the first chunk (at 0) and one decode token after it must give the
+    logits the plain forward gives. A model that reads the 4-D mask by another convention
+    (MPT: True is masked out) or ignores the position it is given would otherwise export
+    without error and generate wrong tokens. A disagreement is a CuvilError naming the step
+    and the size of the difference."""
+
+    def __init__(self, model, batch: int, max_seq_len: int, prefill_len: int, cache):
+        import torch
+
+        self.model, self.cache = model, cache
+        self.chunk = max(1, min(prefill_len, max_seq_len - 1))
+        vocab = int(model.config.get_text_config().vocab_size)
+        self.ids = torch.randint(0, vocab, (batch, self.chunk + 1), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            self.expected = [model(input_ids=self.ids[:, :n], use_cache=False).logits[:, -1].float()
+                             for n in (self.chunk, self.chunk + 1)]
+        half = any(t.dtype in (torch.float16, torch.bfloat16) for t in cache)
+        self.tolerance = 3e-2 if half else 1e-3
+
+    def first(self, module) -> None:
+        import torch
+
+        try:
+            self._compare("prefill_first", 0, self._run("prefill_first", module, self.ids[:, :self.chunk],
+                                                        torch.tensor([self.chunk - 1])))
+        finally:
+            self._clear()
+
+    def steps(self, module, implementation: str) -> None:
+        import torch
+
+        try:
+            name = f"prefill ({implementation} attention)"
+            self._compare(name, 0, self._run(name, module, self.ids[:, :self.chunk], torch.tensor([0]),
+                                             torch.tensor([self.chunk - 1])))
+            name = f"decode ({implementation} attention)"
+            self._compare(name, 1, self._run(name, module, self.ids[:, self.chunk:], torch.tensor([self.chunk]),
+                                             torch.tensor([0])))
+        finally:
+            self._clear()
+
+    def _run(self, name: str, module, *args):
+        try:
+            return module(*args, *self.cache)
+        except CuvilError:
+            raise
+        except Exception as e:  # the model's own code refused the step's arguments
+            raise CuvilError(f"its {name} step failed when run eagerly: {type(e).__name__}: {e}") from e
+
+    def _clear(self) -> None:
+        for t in self.cache:  # the export's example tensors: zeros again
+            t.zero_()
+
+    def _compare(self, name: str, which: int, got) -> None:
+        expected = self.expected[which]
+        if tuple(got.shape) != tuple(expected.shape):
+            raise CuvilError(f"its {name} step returns logits of shape {list(got.shape)}, the model's forward "
+                             f"{list(expected.shape)}")
+        err = float((got.float() - expected).abs().max())
+        scale = max(1.0, float(expected.abs().max()))
+        if not err <= self.tolerance * scale:
+            raise CuvilError(f"its {name} step, run eagerly, differs from the model's own forward by {err:.3g} "
+                             f"(max |logit| {scale:.3g}): the model does not read the 4-D attention mask or the "
+                             "positions the way transformers' attention interface does")
 
 
 def _check_model(model, max_seq_len: int, batch: int):

@@ -540,6 +540,10 @@ def _more_architectures():
         # its own attention module: prefill_first cannot be exported, prefill and decode can
         "falcon": lambda: transformers.FalconForCausalLM(transformers.FalconConfig(
             vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, new_decoder_architecture=True, num_kv_heads=2)),
+        # ALiBi and its own attention code, which reads a boolean mask as "True is masked out": the
+        # eager check of the steps turns the boolean mask down and the additive one is taken
+        "mpt": lambda: transformers.MptForCausalLM(transformers.MptConfig(
+            d_model=64, n_heads=4, n_layers=2, vocab_size=512, max_seq_len=128)),
     }
 
 
@@ -556,12 +560,34 @@ def test_more_architectures_match_transformers(arch):
         warnings.simplefilter("always")
         lm = cuvil_mlir.compile_causal_lm(model, max_seq_len=48, batch=2, prefill_len=8)
     skipped = lm.metadata["causal_lm"].get("prefill_first_skipped")
-    assert (skipped is not None) == (arch in ("gemma2", "falcon")), skipped
+    assert (skipped is not None) == (arch in ("gemma2", "falcon", "mpt")), skipped
     assert ("prefill_first" in lm.functions) == (skipped is None)
     assert (skipped is None) or any("no prefill_first" in str(w.message) for w in caught)
     out = lm.generate(ids, max_new_tokens=12)
     ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False, pad_token_id=0)
     assert torch.equal(out, ref), (out, ref)
+
+
+class _InvertedMask(transformers.LlamaForCausalLM):
+    """Reads every 4-D mask the other way round: no step convention gives its forward's logits."""
+
+    def forward(self, input_ids=None, attention_mask=None, **kwargs):
+        if attention_mask is not None and attention_mask.dim() == 4:
+            attention_mask = ~attention_mask if attention_mask.dtype == torch.bool else \
+                (attention_mask == 0).to(attention_mask.dtype) * torch.finfo(attention_mask.dtype).min
+        return super().forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+
+def test_steps_that_disagree_with_the_model_are_an_error():
+    """The steps are run eagerly against the model's own forward before export: a model that
+    reads the mask by a convention neither step form matches is an error naming the step and
+    the difference, not a package that generates wrong tokens."""
+    torch.manual_seed(0)
+    model = _InvertedMask(transformers.LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                                   num_attention_heads=4, num_key_value_heads=2)).eval()
+    with pytest.raises(ImportError_, match=r"_InvertedMask: its prefill/decode step could not be exported: its prefill "
+                                           r"\(eager attention\) step, run eagerly, differs from the model's own forward by"):
+        cuvil_mlir.compile_causal_lm(model, max_seq_len=48, batch=2, prefill_len=8)
 
 
 def test_model_without_a_4d_mask_path_is_a_clear_error():

@@ -317,6 +317,18 @@ def test_attention_with_a_dynamic_sequence_length_is_right_at_another_length():
     assert out.shape == (1, 2, 7, 8) and torch.allclose(out, Attention()(q7, k7), atol=1e-5)
 
 
+def test_max_and_min_of_symbolic_sizes():
+    """``max``/``min`` of a dynamic size (torch.sym_max / sym_min in the graph, which torch-mlir
+    does not import itself; MPT slices its ALiBi bias this way) compile and follow the input."""
+    seq = torch.export.Dim("seq", min=2, max=64)
+    fn = Fn(lambda m, x: (x.new_ones(max(4, x.shape[1] - 3)) * x.sum(), x.new_ones(min(5, x.shape[1] + 1), 2) * x.mean()))
+    compiled = cuvil_mlir.compile(fn, (torch.randn(3, 9),), dynamic_shapes=(({1: seq},),))
+    for n in (3, 9, 20):
+        x = torch.randn(3, n)
+        for got, want in zip(compiled(x), fn(x)):
+            assert got.shape == want.shape and torch.allclose(got, want, atol=1e-6), n
+
+
 def test_cli_dynamic_makes_a_static_pt2_dynamic(tmp_path):
     from cuvil_mlir.compiler.dynamic import with_dynamic_dims
 

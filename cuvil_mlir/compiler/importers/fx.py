@@ -90,7 +90,8 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
     try:
         with warnings.catch_warnings(), _errors_of(ctx, errors):
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecation noise
-            program = _with_non_persistent_buffers(program.run_decompositions(_decomposition_table(kept_ops, complex_ops)))
+            program = _symbolic_min_max(_with_non_persistent_buffers(
+                program.run_decompositions(_decomposition_table(kept_ops, complex_ops))))
             if prepare is not None:
                 program = prepare(program)
             hooks = _readable_weights_hooks() if store is None else _external_weights_hooks(store, _state_names(program))
@@ -128,7 +129,8 @@ def import_functions(programs: dict, ctx: ir.Context, *, kept_ops=KEPT_OPS, stor
         with warnings.catch_warnings(), _errors_of(ctx, errors):
             warnings.simplefilter("ignore", FutureWarning)
             for name in names:
-                decomposed[name] = _with_non_persistent_buffers(programs[name].run_decompositions(_decomposition_table(kept_ops)))
+                decomposed[name] = _symbolic_min_max(_with_non_persistent_buffers(
+                    programs[name].run_decompositions(_decomposition_table(kept_ops))))
                 if decomposed[name].graph_signature.buffers_to_mutate:
                     raise ImportError_(f"function '{name}' mutates buffers "
                                        f"{sorted(decomposed[name].graph_signature.buffers_to_mutate.values())}; "
@@ -272,6 +274,28 @@ def shared_weight_bytes(programs) -> int:
     for program in programs:
         tensors.update({id(t): t for t in {**program.constants, **program.state_dict}.values() if hasattr(t, "element_size")})
     return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def _symbolic_min_max(program):
+    """``max``/``min`` of symbolic sizes (``torch.sym_max``: MPT's ``max(0, size - length)``)
+    as ``prim.max.int``/``prim.min.int``, which torch-mlir imports and lowers (it has no
+    import for ``torch.sym_max`` itself). ``program`` is our decomposed copy: changed in place."""
+    import torch
+
+    ops = {torch.sym_max: torch.ops.prim.max.int, torch.sym_min: torch.ops.prim.min.int}
+
+    def integer(arg) -> bool:
+        return isinstance(arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg, (int, torch.SymInt))
+
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            if node.op == "call_function" and node.target in ops and len(node.args) == 2 and not node.kwargs \
+                    and all(integer(a) for a in node.args):
+                node.target = ops[node.target]
+        module.recompile()
+    return program
 
 
 def _with_non_persistent_buffers(program):
