@@ -73,7 +73,7 @@ def _export_programs(hf_model, batch: int, max_seq_len: int, prefill_len: int):
     tensors (their shapes and dtypes are the cache's). Each must write every cache tensor."""
     import torch
 
-    from cuvil_mlir.compiler.export_modes import export_module
+    from cuvil_mlir.compiler.export_modes import export_module, static_experts
 
     cache = [torch.zeros(shape, dtype=dtype) for shape, dtype in _cache_layout(hf_model, batch, max_seq_len)]
     step, first = _step_classes()
@@ -86,7 +86,7 @@ def _export_programs(hf_model, batch: int, max_seq_len: int, prefill_len: int):
 
     programs, skipped = {}, None
     check = _StepCheck(hf_model, max_seq_len, prefill_len, cache)
-    with torch.no_grad(), _experts(hf_model):
+    with torch.no_grad(), static_experts(hf_model):
         try:
             with _attention(hf_model, _CAUSAL_SDPA):
                 check.first(first(hf_model))
@@ -265,26 +265,6 @@ class _attention:
     def __exit__(self, *exc):
         if self.saved is not None:
             self.config._attn_implementation = self.saved
-
-
-class _experts:
-    """A mixture-of-experts model's experts run as transformers' ``batched_mm`` while exporting:
-    each token's chosen experts' weights gathered and applied in batched matmuls, static shapes.
-    Its default ``grouped_mm`` counts tokens per expert with ``aten.histc`` and groups them by
-    data-dependent offsets (torch-mlir lowers neither). The gather is sized tokens x top-k x
-    expert weights: right for decode and short chunks; restored afterwards."""
-
-    def __init__(self, model):
-        self.config = model.config
-        self.saved = getattr(model.config, "_experts_implementation", None)
-
-    def __enter__(self):
-        if self.saved not in (None, "batched_mm"):
-            self.config._experts_implementation = "batched_mm"
-
-    def __exit__(self, *exc):
-        if self.saved not in (None, "batched_mm"):
-            self.config._experts_implementation = self.saved
 
 
 def _causal_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):

@@ -33,7 +33,7 @@ def export_module(model, args: tuple, kwargs: dict, dynamic_shapes=None):
     errors = []
     for mode in ("non-strict", "strict"):
         try:
-            with _no_hf_cache(model, kwargs):
+            with _no_hf_cache(model, kwargs), static_experts(model):
                 return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=mode == "strict")
         except Exception as e:
             errors.append((mode, e))
@@ -45,7 +45,7 @@ def export_module(model, args: tuple, kwargs: dict, dynamic_shapes=None):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with _no_hf_cache(model, kwargs):
+            with _no_hf_cache(model, kwargs), static_experts(model):
                 program = torch.export.draft_export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
     except Exception as e:
         tried = "; ".join(f"{mode}: {type(err).__name__}: {_short(err, 200)}" for mode, err in errors)
@@ -81,6 +81,28 @@ class _no_hf_cache:
     def __exit__(self, *exc):
         if self.config is not None:
             self.config.use_cache = True
+
+
+class static_experts:
+    """A transformers mixture-of-experts model's experts run as transformers' ``batched_mm``
+    while exporting: each token's chosen experts' weights gathered and applied in batched
+    matmuls, static shapes. Its default ``grouped_mm`` counts tokens per expert with
+    ``aten.histc`` and groups them by data-dependent offsets (torch-mlir lowers neither), and
+    ``eager`` loops over the experts a batch hit. The gather is sized tokens x top-k x an
+    expert's weights: right for decode and short inputs. The config is restored afterwards."""
+
+    def __init__(self, model):
+        config = getattr(model, "config", None)
+        self.saved = getattr(config, "_experts_implementation", None)
+        self.config = config if self.saved not in (None, "batched_mm") else None
+
+    def __enter__(self):
+        if self.config is not None:
+            self.config._experts_implementation = "batched_mm"
+
+    def __exit__(self, *exc):
+        if self.config is not None:
+            self.config._experts_implementation = self.saved
 
 
 def _short(e: BaseException, limit: int = 600) -> str:
