@@ -439,3 +439,22 @@ def test_a_transformers_mixture_of_experts_model():
     with torch.no_grad():
         assert torch.allclose(out.logits, model(ids).logits, atol=1e-4)
     assert model.config._experts_implementation == before
+
+
+def test_a_buffer_used_as_an_index():
+    """``table[index]`` with ``index`` a buffer (Swin's relative position bias): torch-mlir's
+    import puts the buffer's tensor itself into aten.index's index list, which it cannot
+    import; the buffer is read through a clone there."""
+    class RelativeBias(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(49, 2))
+            coords = torch.stack(torch.meshgrid(torch.arange(4), torch.arange(4), indexing="ij")).flatten(1)
+            rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + 3
+            self.register_buffer("index", (rel[..., 0] * 7 + rel[..., 1]).view(-1), persistent=False)
+
+        def forward(self, x):
+            return x + self.table[self.index].view(16, 16, 2).permute(2, 0, 1)
+
+    model, x = RelativeBias(), torch.randn(3, 2, 16, 16)
+    assert torch.allclose(cuvil_mlir.compile(model, (x,))(x), model(x), atol=1e-6)

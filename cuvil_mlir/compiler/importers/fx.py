@@ -90,7 +90,7 @@ def import_program(program, ctx: ir.Context, *, func_name: str = "main", kept_op
     try:
         with warnings.catch_warnings(), _errors_of(ctx, errors):
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecation noise
-            program = _symbolic_min_max(_with_non_persistent_buffers(
+            program = _importable(_with_non_persistent_buffers(
                 program.run_decompositions(_decomposition_table(kept_ops, complex_ops))))
             if prepare is not None:
                 program = prepare(program)
@@ -129,7 +129,7 @@ def import_functions(programs: dict, ctx: ir.Context, *, kept_ops=KEPT_OPS, stor
         with warnings.catch_warnings(), _errors_of(ctx, errors):
             warnings.simplefilter("ignore", FutureWarning)
             for name in names:
-                decomposed[name] = _symbolic_min_max(_with_non_persistent_buffers(
+                decomposed[name] = _importable(_with_non_persistent_buffers(
                     programs[name].run_decompositions(_decomposition_table(kept_ops))))
                 if decomposed[name].graph_signature.buffers_to_mutate:
                     raise ImportError_(f"function '{name}' mutates buffers "
@@ -276,25 +276,44 @@ def shared_weight_bytes(programs) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def _symbolic_min_max(program):
-    """``max``/``min`` of symbolic sizes (``torch.sym_max``: MPT's ``max(0, size - length)``)
-    as ``prim.max.int``/``prim.min.int``, which torch-mlir imports and lowers (it has no
-    import for ``torch.sym_max`` itself). ``program`` is our decomposed copy: changed in place."""
+def _importable(program):
+    """Graph forms torch-mlir's FX importer does not take, rewritten into ones it does.
+    ``program`` is our decomposed copy: changed in place.
+
+    - ``max``/``min`` of symbolic sizes (``torch.sym_max``: MPT's ``max(0, size - length)``)
+      become ``prim.max.int``/``prim.min.int``, which torch-mlir imports and lowers.
+    - A weight, buffer or constant used inside a list argument (Swin's ``table[index]`` with a
+      buffer index: ``aten.index.Tensor(table, [index])``) is read through an ``aten.clone``
+      there: torch-mlir's import puts the tensor itself in place of the placeholder, and a
+      list holding a tensor is "Heterogeneous lists are not supported"."""
     import torch
 
     ops = {torch.sym_max: torch.ops.prim.max.int, torch.sym_min: torch.ops.prim.min.int}
+    sig = program.graph_signature
+    state = set(sig.inputs_to_parameters) | set(sig.inputs_to_buffers) | set(sig.inputs_to_lifted_tensor_constants)
 
     def integer(arg) -> bool:
         return isinstance(arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg, (int, torch.SymInt))
 
-    for module in program.graph_module.modules():
-        if not isinstance(module, torch.fx.GraphModule):
+    graph, clones = program.graph, {}
+
+    def through_clone(x):
+        if not (isinstance(x, torch.fx.Node) and x.op == "placeholder" and x.name in state):
+            return x
+        if x not in clones:
+            with graph.inserting_after(x):
+                clones[x] = graph.call_function(torch.ops.aten.clone.default, (x,))
+            clones[x].meta["val"] = x.meta.get("val")
+        return clones[x]
+
+    for node in list(graph.nodes):
+        if node.op != "call_function":
             continue
-        for node in module.graph.nodes:
-            if node.op == "call_function" and node.target in ops and len(node.args) == 2 and not node.kwargs \
-                    and all(integer(a) for a in node.args):
-                node.target = ops[node.target]
-        module.recompile()
+        if node.target in ops and len(node.args) == 2 and not node.kwargs and all(integer(a) for a in node.args):
+            node.target = ops[node.target]
+        if any(isinstance(a, (list, tuple)) for a in node.args):
+            node.args = tuple(type(a)(through_clone(x) for x in a) if isinstance(a, (list, tuple)) else a for a in node.args)
+    program.graph_module.recompile()
     return program
 
 
