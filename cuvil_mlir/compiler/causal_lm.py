@@ -5,6 +5,8 @@ cache that stays on the device and is updated in place (docs/generation.md).
     prefill(input_ids[B, P], position[1], last[1], *cache) -> logits[B, V]
     decode(input_ids[B, 1], position[1], last[1], *cache) -> logits[B, V]
 
+(logits in float32 whatever the model's dtype, as transformers' generate reads them.)
+
 ``cache`` is the keys and values of every layer, ``[B, kv_heads, max_seq_len, head_dim]`` each,
 arguments the functions write in place (a slice at ``position``: IREE ties them, no copy per
 call). The tokens of a call sit at positions ``position .. position+T-1``; each attends to the
@@ -333,7 +335,7 @@ def _step_classes():
             layers = [ArgumentLayer(cache[i], cache[i + 1], start, end) for i in range(0, len(cache), 2)]
             out = self.model(input_ids=input_ids, position_ids=index[None, :].expand(batch, length), attention_mask=mask,
                              past_key_values=Cache(layers=layers), use_cache=True, logits_to_keep=last)
-            return out.logits[:, 0]
+            return out.logits[:, 0].float()  # as transformers' generate reads them; a host argmax over f32 is fast
 
     class FirstStep(torch.nn.Module):
         """prefill_first: tokens at positions ``0 .. P-1`` attend causally to each other only
@@ -350,6 +352,6 @@ def _step_classes():
             index = torch.arange(length, dtype=torch.int64)[None, :].expand(batch, length)
             out = self.model(input_ids=input_ids, position_ids=index, attention_mask=None,
                              past_key_values=Cache(layers=layers), use_cache=True, logits_to_keep=last)
-            return out.logits[:, 0]
+            return out.logits[:, 0].float()  # as transformers' generate reads them; a host argmax over f32 is fast
 
     return Step, FirstStep
