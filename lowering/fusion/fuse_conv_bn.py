@@ -114,7 +114,12 @@ def _step(op, channels: int):
         alpha = const_float(op.operands[2]) if name in ("torch.aten.add.Scalar", "torch.aten.sub.Scalar") else 1.0
         if s is None or alpha is None or (name == "torch.aten.div.Scalar" and s == 0):
             return None
-        return {"add": (x, 1.0, alpha * s), "sub": (x, 1.0, -alpha * s), "mul": (x, s, 0.0), "div": (x, 1.0 / s, 0.0)}[name.split(".")[2]]
+        kind = name.split(".")[2]
+        if kind == "add":
+            return x, 1.0, alpha * s
+        if kind == "sub":
+            return x, 1.0, -alpha * s
+        return (x, s, 0.0) if kind == "mul" else (x, 1.0 / s, 0.0)  # div by a nonzero scalar (checked above)
     a, b = op.operands[0], op.operands[1]
     alpha = const_float(op.operands[2]) if name in ("torch.aten.add.Tensor", "torch.aten.sub.Tensor") else 1.0
     if alpha is None:
