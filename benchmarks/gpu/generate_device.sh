@@ -7,7 +7,8 @@
 # run's process (exit 75) and it starts again with the next item, the faulted target left out of the timing; the
 # first faulted target's smallest reproducer (prefill + one decode) then runs under compute-sanitizer
 # (sanitizer.log). PROFILE=1x128,8x2048: then `cuvil profile` of those timing packages' decode step (profile-*.json);
-# PHASES=1x128,8x128: a decode step's host-side phases; SKIP_RUN=1: only those. DRY=1: a CPU dry run here (packages built with --targets cpu --tiny; torch on the CPU, PY=venv).
+# PHASES=1x128,8x128: a decode step's host-side phases; HOST=1x128,8x128 (HOST_FLAGS): generate's step split on the
+# host; SKIP_RUN=1: only those. DRY=1: a CPU dry run here (packages built with --targets cpu --tiny; torch on the CPU, PY=venv).
 set -u
 export PYTHONUNBUFFERED=1
 START=$(date +%s); DEADLINE=${DEADLINE:-480}
@@ -49,6 +50,18 @@ LEFT=$((DEADLINE - ($(date +%s) - START) - 10))
 if [ -n "${PHASES:-}" ] && [ $LEFT -gt 40 ]; then
   timeout -k 10 $LEFT $PY benchmarks/gpu/generate_h200.py phases $PKGS --out $OUT --cases $PHASES --steps ${PHASE_STEPS:-14} > $OUT/phases.log 2>&1
   echo "phases: exit $?"; grep "^\[\|{" $OUT/phases.log | tail -8 | cut -c1-400
+fi
+# HOST=CASES (e.g. 1x128,8x128): CausalLM.generate's decode step split on the host (host-split*.json), once per
+# set of extra IREE runtime flags in HOST_FLAGS (';'-separated sets of space-separated flags; an empty set: the defaults)
+if [ -n "${HOST:-}" ]; then
+  IFS=';' read -ra SETS <<< "${HOST_FLAGS:-}"; [ ${#SETS[@]} -eq 0 ] && SETS=("")
+  for set in "${SETS[@]}"; do
+    LEFT=$((DEADLINE - ($(date +%s) - START) - 10)); [ $LEFT -lt 40 ] && break
+    timeout -k 10 $LEFT $PY benchmarks/gpu/generate_h200.py host $PKGS --out $OUT --cases $HOST \
+      $(for f in $set; do printf -- "--runtime-flag=%s " "$f"; done) >> $OUT/host.log 2>&1
+    echo "host [$set]: exit $?"
+  done
+  grep "^{" $OUT/host.log | cut -c1-330
 fi
 # PROFILE=CASES (e.g. 1x128,8x2048): cuvil profile of those timing packages' decode step, per target, with what is left
 LEFT=$((DEADLINE - ($(date +%s) - START) - 10))

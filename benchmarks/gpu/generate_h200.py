@@ -561,6 +561,111 @@ def step_phases(args) -> None:
     Path(args.out, "step-phases.json").write_text(json.dumps(rows, indent=1))
 
 
+def host_split(args) -> None:
+    """Where ``CausalLM.generate``'s time per decode step goes on the host (there): the real loop,
+    its session's upload / call / read-back and the token choice each timed by wrappers; per
+    step, means over ``--steps`` new tokens after a warm-up. Per case, three conditions: no torch
+    CUDA in the process; after torch's CUDA context and a cuBLAS matmul (as the timing runs, which
+    run HF in the same process); and after a torch CPU argmax over [batch, vocab] (its intra-op
+    threads). One JSON line per case and condition (host-split.json)."""
+    import torch
+
+    from cuvil_mlir.runtime import generation, session as session_mod
+
+    session_mod.RUNTIME_FLAGS = (*session_mod.RUNTIME_FLAGS, *args.runtime_flag)  # before the first driver
+    dir_, scratch = Path(args.dir), Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((dir_ / "manifest.json").read_text())
+    rows = []
+    for case in args.cases.split(","):
+        batch, context = (int(x) for x in case.split("x"))
+        entry = _timing_entry(manifest, batch, context)
+        if entry is None:
+            continue
+        lm = generation.load(unpacked(dir_, entry, scratch), verify=False)
+        session = lm._session_with_cache()
+        spent = {}
+
+        def timed(name, fn):
+            def wrapper(*a, **k):
+                t0 = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+            return wrapper
+
+        session._upload = timed("upload", session._upload)
+        # (pinned_inputs below swaps in its own upload)
+        session.invoke_resident = timed("invoke_with_upload", session.invoke_resident)
+        session._to_host = timed("read", session._to_host)
+        choose = generation._choose
+        generation._choose = timed("choose", choose)
+        ids = torch.randint(0, 1000, (batch, entry["prompt_len"]))
+        n = min(args.steps, lm.max_seq_len - entry["prompt_len"])
+        kept_upload = session._upload
+        pinned = {}
+
+        def upload_pinned(arrays):  # the small inputs in mapped pinned host memory the kernels read: no copy, no wait
+            import iree.runtime as rt
+
+            views = []
+            for index, a in enumerate(arrays):
+                a = np.ascontiguousarray(a)
+                key = (index, a.nbytes)
+                if key not in pinned:
+                    pinned[key] = session._device.allocator.allocate_buffer(
+                        memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,
+                        allowed_usage=rt.BufferUsage.DEFAULT | rt.BufferUsage.MAPPING_SCOPED,
+                        allocation_size=a.nbytes)
+                np.copyto(pinned[key].map().asarray(list(a.shape), a.dtype), a)
+                views.append(rt.HalBufferView(pinned[key], list(a.shape), session_mod._element_type(a.dtype)))
+            return views
+
+        for condition in ("plain", "torch_cuda", "torch_cpu_argmax", "pinned_inputs"):
+            if condition == "pinned_inputs":
+                session._upload = timed("upload", upload_pinned)
+            else:
+                session._upload = kept_upload
+            if condition == "torch_cuda":
+                if not torch.cuda.is_available():
+                    continue
+                a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+                for _ in range(20):
+                    a @ a
+                torch.cuda.synchronize()
+            if condition == "torch_cpu_argmax":
+                torch.randn(batch, lm.vocab_size).argmax(-1)
+            lm.generate(ids, max_new_tokens=n)  # warm
+            rates, pers = [], []
+            for _ in range(3):
+                spent.clear()
+                t0 = time.perf_counter()
+                lm.generate(ids, max_new_tokens=1)
+                t1 = time.perf_counter()
+                first = dict(spent)
+                spent.clear()
+                t2 = time.perf_counter()
+                lm.generate(ids, max_new_tokens=n)
+                t3 = time.perf_counter()
+                rates.append(((t3 - t2) - (t1 - t0)) / (n - 1))
+                pers.append({k: (v - first.get(k, 0.0)) / (n - 1) for k, v in spent.items()})
+            step = statistics.median(rates)
+            per = {k: statistics.median(p.get(k, 0.0) for p in pers) for k in pers[0]}
+            row = {"case": case, "condition": condition, "runtime_flags": args.runtime_flag, "step_ms": round(step * 1e3, 3),
+                   "tok_s": round(batch / step, 1), **{f"{k}_ms": round(v * 1e3, 3) for k, v in per.items()}}
+            row["call_ms"] = round(row.get("invoke_with_upload_ms", 0) - row.get("upload_ms", 0), 3)
+            row["loop_rest_ms"] = round(row["step_ms"] - row.get("invoke_with_upload_ms", 0) - row.get("read_ms", 0)
+                                        - row.get("choose_ms", 0), 3)
+            log(json.dumps(row))
+            rows.append(row)
+        generation._choose = choose
+        lm = None
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    name = "host-split" + "".join("-" + f.strip("-").replace("=", "-") for f in args.runtime_flag) + ".json"
+    Path(args.out, name).write_text(json.dumps(rows, indent=1))
+
+
 def _timing_entry(manifest: dict, batch: int, context: int) -> dict | None:
     return next((p for p in manifest["packages"] if p["kind"] == "timing" and (p["batch"], p["context"]) == (batch, context)), None)
 
@@ -800,8 +905,15 @@ def main() -> None:
     ph.add_argument("--cases", default="1x128,8x128")
     ph.add_argument("--steps", type=int, default=30)
     ph.add_argument("--scratch", default="/tmp/gen-pkgs")
+    hs = sub.add_parser("host", help="CausalLM.generate's decode step split on the host (there)")
+    hs.add_argument("dir")
+    hs.add_argument("--out", required=True)
+    hs.add_argument("--cases", default="1x128,8x128")
+    hs.add_argument("--steps", type=int, default=64)
+    hs.add_argument("--scratch", default="/tmp/gen-pkgs")
+    hs.add_argument("--runtime-flag", action="append", default=[], help="an extra IREE runtime flag (repeatable)")
     args = p.parse_args()
-    {"build": build, "run": run, "report": report, "step": step, "profile": profile_steps,
+    {"host": host_split, "build": build, "run": run, "report": report, "step": step, "profile": profile_steps,
      "phases": step_phases}[args.cmd](args)
 
 
