@@ -18,11 +18,11 @@ by the importer's ``run_decompositions``, compute them on ``view_as_real`` (the 
 holds real and imaginary parts) and come back with ``view_as_complex``. For real inputs
 they return NotImplemented: the op is left as it is.
 
-Pooling with ``ceil_mode=True`` where ceil mode changes no output size (every spatial dim): the
-op with ``ceil_mode=False``. torch-mlir's lowering pads every spatial dim by its stride for ceil
-mode, and where that dim's output size is the floor one the padded input contradicts it ("inferred
-input/output operand #2 has shape's dimension #2 to be 33, but found 32", IREE 3.13; Funnel's
-pooling along the sequence with kernel (2, 1)).
+Pooling IREE rejects ("inferred input/output operand #N has shape's dimension #M to be A, but
+found B"): ceil mode where it changes no output size, and a single window shorter or longer than
+the input; both as an equal pooling (``_simpler_pool``). Negative padding (a crop) as a slice:
+torch-mlir put it into ``tensor.pad`` and got wrong results with no error. ``fftn``, ``fft2`` and
+their inverse and real forms as 1-D transforms.
 """
 
 from __future__ import annotations
@@ -499,6 +499,49 @@ def _irfft(x, n=None, dim=-1, norm=None):
     return (out * _norm_scale(norm, n, forward=False)).movedim(-1, dim)
 
 
+def _fft_dims(x, s, dim):
+    """The dims an n-dimensional transform runs over (torch's defaults: all, or the last len(s))."""
+    if dim is None:
+        return list(range(x.dim() - (len(s) if s is not None else x.dim()), x.dim()))
+    return [d % x.dim() for d in ([dim] if isinstance(dim, int) else dim)]
+
+
+def _fft_n(inverse: bool, default_dim=None):
+    """``fftn``/``ifftn``/``fft2``/``ifft2`` (torch-mlir has no lowering for them; FNet's
+    Fourier mixing): one 1-D transform per dim, each the DFT above."""
+    def decompose(x, s=None, dim=default_dim, norm=None):
+        if x.dim() == 0:
+            return NotImplemented
+        dims = _fft_dims(x, s, dim)
+        if s is not None and len(s) != len(dims):
+            return NotImplemented
+        one = _fft_complex(inverse)
+        for i, d in enumerate(dims):
+            x = one(x, None if s is None else s[i], d, norm)
+            if x is NotImplemented:
+                return NotImplemented
+        return x
+    return decompose
+
+
+def _rfft_n(default_dim=None):
+    """``rfftn``/``rfft2``: the real transform along the last of its dims, then a complex one
+    along each of the others."""
+    def decompose(x, s=None, dim=default_dim, norm=None):
+        if x.dim() == 0 or not x.dtype.is_floating_point:
+            return NotImplemented
+        dims = _fft_dims(x, s, dim)
+        if s is not None and len(s) != len(dims):
+            return NotImplemented
+        x = _rfft(x, None if s is None else s[-1], dims[-1], norm)
+        for i, d in enumerate(dims[:-1]):
+            if x is NotImplemented:
+                return NotImplemented
+            x = _fft_complex(False)(x, None if s is None else s[i], d, norm)
+        return x
+    return decompose
+
+
 def _pool_size(length, kernel: int, stride: int, padding: int, dilation: int, ceil: bool) -> int:
     """A pooling window count along one dim, as torch computes it."""
     span = length + 2 * padding - dilation * (kernel - 1) - 1
@@ -508,41 +551,91 @@ def _pool_size(length, kernel: int, stride: int, padding: int, dilation: int, ce
     return out
 
 
-def _ceil_changes_nothing(x, kernel, stride, padding, dilation, dims: int) -> bool:
-    """Whether ceil mode gives the floor mode's output size along each of the last ``dims``
-    dims (static sizes only)."""
-    def per_dim(v, default):
-        v = list(v) if v is not None and len(v) else list(default)
-        return v * dims if len(v) == 1 else v
-
-    kernel = per_dim(kernel, [1])
-    stride, padding, dilation = per_dim(stride, kernel), per_dim(padding, [0]), per_dim(dilation, [1])
-    sizes = x.shape[-dims:]
-    if not all(isinstance(n, int) for n in sizes) or len(kernel) != dims:
-        return False
-    return all(_pool_size(n, k, st, p, d, True) == _pool_size(n, k, st, p, d, False)
-               for n, k, st, p, d in zip(sizes, kernel, stride, padding, dilation))
+def _per_dim(value, default: list, dims: int) -> list:
+    value = list(value) if isinstance(value, (list, tuple)) else [value]
+    value = value or list(default)
+    return value * dims if len(value) == 1 else value
 
 
-def _as_list(v):
-    return v if isinstance(v, (list, tuple)) else [v]
+def _simpler_pool(x, kernel, stride, padding, dilation, ceil: bool, dims: int):
+    """An equal pooling IREE compiles, as (input, kernel, stride, ceil_mode), or None when there
+    is nothing to change (or the sizes are not static):
+
+    - a dim with one window, no padding and no dilation whose length is not the window's (a
+      floor-mode leftover, or a ceil-mode window longer than the input): the input cut to what
+      the window covers, and the window that length (IREE folds the unit output dim away and
+      then rejects the longer input; EfficientNet's pooler, AvgPool2d(1280, ceil_mode=True) over
+      7x7);
+    - ceil mode where it changes no output size: floor mode (torch-mlir pads every spatial dim
+      for ceil mode, and where the size is the floor one the padded input contradicts it:
+      Funnel's pooling along the sequence with kernel (2, 1))."""
+    kernel = _per_dim(kernel, [1], dims)
+    stride, padding, dilation = _per_dim(stride, kernel, dims), _per_dim(padding, [0], dims), _per_dim(dilation, [1], dims)
+    sizes = list(x.shape[-dims:])
+    if len(kernel) != dims or not all(isinstance(n, int) for n in sizes):
+        return None
+    changed = False
+    for i, n in enumerate(sizes):
+        if (padding[i] == 0 and dilation[i] == 1 and n != kernel[i]
+                and _pool_size(n, kernel[i], stride[i], 0, 1, ceil) == 1):
+            width = min(n, kernel[i])
+            x = x.narrow(x.dim() - dims + i, 0, width)
+            sizes[i] = kernel[i] = stride[i] = width
+            changed = True
+    if ceil and all(_pool_size(n, k, st, p, d, True) == _pool_size(n, k, st, p, d, False)
+                    for n, k, st, p, d in zip(sizes, kernel, stride, padding, dilation)):
+        ceil, changed = False, True
+    return (x, kernel, stride, ceil) if changed else None
 
 
-def _avg_pool_floor(op, dims: int):
+def _avg_pool(op, dims: int):
     def decompose(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, *rest):
-        if not ceil_mode or not _ceil_changes_nothing(x, _as_list(kernel_size), _as_list(stride), _as_list(padding), None, dims):
+        simpler = _simpler_pool(x, kernel_size, stride, padding, [1], ceil_mode, dims)
+        if simpler is None:
             return NotImplemented
-        return op(x, kernel_size, stride, padding, False, count_include_pad, *rest)
+        x, kernel, stride, ceil = simpler
+        return op(x, kernel, stride, padding, ceil, count_include_pad, *rest)
     return decompose
 
 
-def _max_pool_floor(op, dims: int):
+def _max_pool(op, dims: int, indices: bool = False):
     def decompose(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-        if not ceil_mode or not _ceil_changes_nothing(x, _as_list(kernel_size), _as_list(stride), _as_list(padding),
-                                                      _as_list(dilation), dims):
+        simpler = _simpler_pool(x, kernel_size, stride, padding, dilation, ceil_mode, dims)
+        if simpler is None:
             return NotImplemented
-        return op(x, kernel_size, stride, padding, dilation, False)
+        cut, kernel, stride, ceil = simpler
+        out = op(cut, kernel, stride, padding, dilation, ceil)
+        if not indices or cut.shape == x.shape:
+            return out
+        # the indices count positions in the cut input's window plane: the same coordinates
+        # (every cut starts at 0), counted in the full input's
+        values, flat = out
+        rest, full = flat, flat * 0
+        scale = 1
+        for cut_size, size in zip(reversed(cut.shape[-dims:]), reversed(x.shape[-dims:])):
+            full = full + (rest % cut_size) * scale
+            rest, scale = rest // cut_size, scale * size
+        return values, full
     return decompose
+
+
+def _constant_pad(x, pad, value=0):
+    """Padding with negative amounts (a crop; RWKV's time shift pads (0, 0, 1, -1)): the crop
+    as a slice, then the non-negative padding. torch-mlir writes negative amounts into
+    ``tensor.pad``, which folded to its input when the amounts summed to zero (wrong results,
+    no error) and failed to compile otherwise."""
+    import torch
+
+    pad = list(pad)
+    if all(not isinstance(p, int) or p >= 0 for p in pad):
+        return NotImplemented
+    for i in range(len(pad) // 2):
+        dim, low, high = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+        start = max(-low, 0)
+        stop = x.shape[dim] - max(-high, 0)
+        if start or max(-high, 0):
+            x = x.narrow(dim, start, stop - start)
+    return torch.ops.aten.constant_pad_nd.default(x, [max(p, 0) for p in pad], value)
 
 
 def _first(*rules):
@@ -575,10 +668,15 @@ def table() -> dict:
         aten.fft_rfft.default: _rfft, aten.fft_irfft.default: _irfft,
     }
     for op, dims in ((aten.avg_pool1d.default, 1), (aten.avg_pool2d.default, 2), (aten.avg_pool3d.default, 3)):
-        out[op] = _avg_pool_floor(op, dims)
-    for op, dims in ((aten.max_pool1d.default, 1), (aten.max_pool2d.default, 2), (aten.max_pool3d.default, 3),
-                     (aten.max_pool2d_with_indices.default, 2), (aten.max_pool3d_with_indices.default, 3)):
-        out[op] = _max_pool_floor(op, dims)
+        out[op] = _avg_pool(op, dims)
+    for op, dims in ((aten.max_pool1d.default, 1), (aten.max_pool2d.default, 2), (aten.max_pool3d.default, 3)):
+        out[op] = _max_pool(op, dims)
+    for op, dims in ((aten.max_pool2d_with_indices.default, 2), (aten.max_pool3d_with_indices.default, 3)):
+        out[op] = _max_pool(op, dims, indices=True)
+    out[aten.constant_pad_nd.default] = _constant_pad
+    out[aten.fft_fftn.default], out[aten.fft_ifftn.default] = _fft_n(False), _fft_n(True)
+    out[aten.fft_fft2.default], out[aten.fft_ifft2.default] = _fft_n(False, (-2, -1)), _fft_n(True, (-2, -1))
+    out[aten.fft_rfftn.default], out[aten.fft_rfft2.default] = _rfft_n(), _rfft_n((-2, -1))
     for op in (aten.mul.Tensor, aten.mul.Scalar):  # every rule of an op, first that applies
         out[op] = _first(out[op], _mul_complex_number, _mul_narrow_int)
     return out

@@ -329,18 +329,41 @@ def test_max_and_min_of_symbolic_sizes():
             assert got.shape == want.shape and torch.allclose(got, want, atol=1e-6), n
 
 
-def test_pooling_in_ceil_mode_along_a_dim_it_does_not_change():
-    """Pooling with ceil_mode=True where ceil mode changes no output size (Funnel's pooling along
-    the sequence, kernel (2, 1)): torch-mlir's lowering padded the untouched dim and IREE failed
-    to compile it; cases where ceil mode does add a window still compile and match."""
+def test_pooling_that_iree_rejected():
+    """Pooling IREE rejected until written as an equal pooling: ceil mode where it changes no
+    size (Funnel's pooling along the sequence, kernel (2, 1)); one window with a floor-mode
+    leftover or longer than the input (EfficientNet's AvgPool2d(1280, ceil_mode=True) over 7x7),
+    max pooling's indices included; pooling that was fine stays fine."""
     fn = Fn(lambda m, x, y: (F.avg_pool2d(x, (2, 1), stride=(2, 1), ceil_mode=True),
                              F.max_pool2d(x, (2, 1), stride=(2, 1), ceil_mode=True),
                              F.avg_pool1d(y, 2, 2, ceil_mode=True), F.max_pool1d(y, 3, 1, ceil_mode=True),
-                             F.max_pool2d(x, 3, 2, ceil_mode=True),
-                             F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)))
+                             F.max_pool2d(x, 3, 2, ceil_mode=True), F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+                             F.max_pool1d(y, 5, 5), F.avg_pool1d(y, 16, ceil_mode=True), F.avg_pool2d(x[..., :3, :3], 2, 2),
+                             *F.max_pool2d(x[..., :3, :5], (2, 3), 2, return_indices=True)))
     x, y = torch.randn(2, 3, 8, 32), torch.randn(2, 3, 8)
     for got, want in zip(cuvil_mlir.compile(fn, (x, y))(x, y), fn(x, y)):
         assert got.shape == want.shape and torch.allclose(got, want, atol=1e-6)
+
+
+def test_negative_padding():
+    """Padding by negative amounts crops (RWKV's time shift pads (0, 0, 1, -1)): torch-mlir's
+    tensor.pad folded it to its input (wrong results, no error) or failed to compile."""
+    fn = Fn(lambda m, x: (F.pad(x, (0, 0, 1, -1)), F.pad(x, (0, 0, 0, -1)), F.pad(x, (-1, 2)),
+                          F.pad(x, (0, 0, 2, -1), value=3.0)))
+    x = torch.randn(2, 5, 3)
+    for got, want in zip(cuvil_mlir.compile(fn, (x,))(x), fn(x)):
+        assert got.shape == want.shape and torch.equal(got, want)
+
+
+def test_n_dimensional_fft():
+    """fftn / fft2 / ifftn / rfftn (FNet's Fourier mixing) have no torch-mlir lowering: one 1-D
+    transform per dim."""
+    fn = Fn(lambda m, x: (torch.fft.fftn(x, dim=(1, 2)).real, torch.fft.fft2(x).imag, torch.fft.ifftn(x).real,
+                          torch.fft.rfftn(x, dim=(1, 2)).real, torch.fft.rfft2(x).imag,
+                          torch.fft.fftn(x, s=(4, 6), dim=(1, 2)).real))
+    x = torch.randn(2, 8, 16)
+    for got, want in zip(cuvil_mlir.compile(fn, (x,))(x), fn(x)):
+        assert got.shape == want.shape and torch.allclose(got, want, atol=1e-4)
 
 
 def test_a_zero_scalar_added_before_a_scale():
