@@ -60,26 +60,29 @@ class CausalLM(CompiledModel):
         and generation stops when every row has. ``streamer``: an object with ``put(ids)`` and
         ``end()`` (transformers' TextStreamer); ``progress``: a progress bar on the terminal
         that shows the tokens of row 0 as they come. ``attention_mask`` (transformers'
-        ``[batch, length]``) is taken when it keeps every token: the rows of a batch are prompts
-        of one length (padded batches are not supported). Fewer rows than the compiled batch
-        are fine: the free rows run a copy of the first and are dropped. Other transformers
-        arguments are an error that names them."""
+        ``[batch, length]``) may pad rows on the left, as transformers' tokenizers do for
+        decoder-only models: the rows are then generated a prompt length at a time (the
+        compiled steps attend to every cached token, so rows of different lengths do not share
+        calls) and come back as transformers returns them, the padding kept. Fewer rows than the
+        compiled batch are fine: the free rows run a copy of the first and are dropped. Other
+        transformers arguments are an error that names them."""
         import torch
 
         if unsupported:
             raise InputError(f"generate does not take {', '.join(sorted(unsupported))}; it takes max_new_tokens, do_sample, "
                              "temperature, top_k, top_p, eos_token_id, pad_token_id, streamer, progress, generator, attention_mask")
-        ids = self._check_prompt(input_ids, max_new_tokens, fewer_rows=True)
-        rows = ids.shape[0]
+        sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=eos_token_id,
+                        pad_token_id=pad_token_id, progress=progress, generator=generator)
         if attention_mask is not None:
+            ids = self._check_prompt(input_ids, 0, fewer_rows=True)
             mask = torch.as_tensor(attention_mask)
             if tuple(mask.shape) != tuple(ids.shape):
                 raise InputError(f"attention_mask has shape {list(mask.shape)}; input_ids has {list(ids.shape)}")
             if not bool((mask != 0).all()):
-                raise InputError("attention_mask masks some tokens out: padded prompts are not supported (the compiled "
-                                 "steps attend to every cached token); generate rows of one length, or one row at a time")
-        eos = _as_list(eos_token_id if eos_token_id is not None else self.eos_token_id)
-        pad = pad_token_id if pad_token_id is not None else (self.pad_token_id if self.pad_token_id is not None else (eos[0] if eos else 0))
+                return self._generate_left_padded(ids, mask != 0, max_new_tokens, streamer, sampling)
+        ids = self._check_prompt(input_ids, max_new_tokens, fewer_rows=True)
+        rows = ids.shape[0]
+        eos, pad = self._eos_and_pad(eos_token_id, pad_token_id)
         bar = _Progress(max_new_tokens) if progress else None
         if streamer is not None:
             streamer.put(ids.cpu())
@@ -109,6 +112,43 @@ class CausalLM(CompiledModel):
         if bar is not None:
             bar.close()
         return torch.cat(out, dim=1).to(ids.device)
+
+    def _eos_and_pad(self, eos_token_id, pad_token_id) -> tuple[list[int], int]:
+        """The end-of-sequence ids (given, else the model's) and the id finished rows are padded
+        with (given, else the model's pad, else its first end-of-sequence id, else 0)."""
+        eos = _as_list(eos_token_id if eos_token_id is not None else self.eos_token_id)
+        pad = pad_token_id if pad_token_id is not None else (self.pad_token_id if self.pad_token_id is not None else (eos[0] if eos else 0))
+        return eos, pad
+
+    def _generate_left_padded(self, ids, keep, max_new_tokens: int, streamer, sampling: dict):
+        """``generate`` for rows padded on the left (``keep``: the mask as booleans): each
+        prompt length's rows generated together without their padding, the results put back
+        under the padded prompts, new tokens padded to the longest row's as transformers does."""
+        import torch
+
+        lengths = keep.sum(dim=1)
+        for row in range(ids.shape[0]):
+            n = int(lengths[row])
+            if n == 0:
+                raise InputError(f"attention_mask row {row} keeps no token: every prompt needs at least one")
+            if not bool(keep[row, ids.shape[1] - n:].all()):
+                raise InputError(f"attention_mask row {row} is not left padding (zeros, then ones): pad prompts on the left, as "
+                                 "transformers does for decoder-only models (tokenizer.padding_side = 'left')")
+        groups = sorted({int(n) for n in lengths})
+        if streamer is not None and len(groups) > 1:
+            raise InputError("a streamer takes one prompt length at a time; this batch has prompts of "
+                             f"{len(groups)} lengths ({', '.join(map(str, groups))} tokens)")
+        new = [None] * ids.shape[0]
+        for n in groups:
+            rows = (lengths == n).nonzero()[:, 0]
+            out = self.generate(ids[rows, ids.shape[1] - n:], max_new_tokens, streamer=streamer, **sampling)
+            for i, row in enumerate(rows.tolist()):
+                new[row] = out[i, n:]
+        _, pad = self._eos_and_pad(sampling["eos_token_id"], sampling["pad_token_id"])
+        padded = torch.full((ids.shape[0], max(t.shape[0] for t in new)), pad, dtype=ids.dtype)
+        for row, tokens in enumerate(new):
+            padded[row, :tokens.shape[0]] = tokens
+        return torch.cat([ids, padded], dim=1)
 
     def prefill(self, input_ids):
         """Fill the cache with the prompt ``input_ids`` ([batch, L], L <= max_seq_len);

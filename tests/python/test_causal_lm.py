@@ -219,8 +219,10 @@ def test_bad_calls(compiled_lm):
     with pytest.raises(InputError, match=r"\.generate"):
         lm(torch.zeros(BATCH, 4, dtype=torch.int64))
     ids = torch.zeros(BATCH, 4, dtype=torch.int64)
-    with pytest.raises(InputError, match="padded prompts are not supported"):
-        lm.generate(ids, attention_mask=torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]), max_new_tokens=2)
+    with pytest.raises(InputError, match="row 0 is not left padding"):
+        lm.generate(ids, attention_mask=torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]]), max_new_tokens=2)
+    with pytest.raises(InputError, match="row 1 keeps no token"):
+        lm.generate(ids, attention_mask=torch.tensor([[1, 1, 1, 1], [0, 0, 0, 0]]), max_new_tokens=2)
     with pytest.raises(InputError, match=r"attention_mask has shape \[2, 3\]"):
         lm.generate(ids, attention_mask=torch.ones(BATCH, 3), max_new_tokens=2)
     with pytest.raises(InputError, match="generate does not take min_new_tokens, num_beams"):
@@ -238,6 +240,21 @@ def test_fewer_rows_than_the_compiled_batch(compiled_lm):
         expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False)
     got = lm.generate(ids, max_new_tokens=10)
     assert got.shape == expected.shape and torch.equal(got, expected), arch
+
+
+def test_left_padded_prompts(compiled_lm):
+    """Prompts of different lengths, padded on the left as transformers' tokenizers pad them:
+    the same tokens as transformers' generate on the padded batch, padding kept."""
+    arch, model, lm = compiled_lm
+    ids = torch.randint(1, model.config.vocab_size, (BATCH, 11), generator=torch.Generator().manual_seed(5))
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0
+    ids[0, :4] = 0
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    got = lm.generate(ids, attention_mask=mask, max_new_tokens=12)
+    assert got.shape == expected.shape and torch.equal(got[:, :11], ids)
+    assert torch.equal(got, expected), f"{arch}: first difference at {(got != expected).nonzero()[:1].tolist()}"
 
 
 def test_save_load_and_sampling(compiled_lm, tmp_path):
