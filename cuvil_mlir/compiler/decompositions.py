@@ -22,7 +22,8 @@ Pooling IREE rejects ("inferred input/output operand #N has shape's dimension #M
 found B"): ceil mode where it changes no output size, and a single window shorter or longer than
 the input; both as an equal pooling (``_simpler_pool``). Negative padding (a crop) as a slice:
 torch-mlir put it into ``tensor.pad`` and got wrong results with no error. ``fftn``, ``fft2`` and
-their inverse and real forms as 1-D transforms.
+their inverse and real forms as 1-D transforms. Scatters along a negative dim along the same dim
+counted from the front (iree-compile crashed on them).
 """
 
 from __future__ import annotations
@@ -638,6 +639,17 @@ def _constant_pad(x, pad, value=0):
     return torch.ops.aten.constant_pad_nd.default(x, [max(p, 0) for p in pad], value)
 
 
+def _scatter_positive_dim(op):
+    """``scatter``/``scatter_add``/``scatter_reduce`` along a negative dim, counted from the
+    front: torch-mlir's TMTensor lowering indexes with the dim as given and iree-compile
+    crashed (signal 11; GroupViT's hard softmax scatters along -1)."""
+    def decompose(x, dim, *rest, **kwargs):
+        if not isinstance(dim, int) or dim >= 0:
+            return NotImplemented
+        return op(x, dim % max(x.dim(), 1), *rest, **kwargs)
+    return decompose
+
+
 def _first(*rules):
     def decompose(*args, **kwargs):
         for rule in rules:
@@ -674,6 +686,8 @@ def table() -> dict:
     for op, dims in ((aten.max_pool2d_with_indices.default, 2), (aten.max_pool3d_with_indices.default, 3)):
         out[op] = _max_pool(op, dims, indices=True)
     out[aten.constant_pad_nd.default] = _constant_pad
+    for op in (aten.scatter.src, aten.scatter.value, aten.scatter_add.default, aten.scatter_reduce.two):
+        out[op] = _scatter_positive_dim(op)
     out[aten.fft_fftn.default], out[aten.fft_ifftn.default] = _fft_n(False), _fft_n(True)
     out[aten.fft_fft2.default], out[aten.fft_ifft2.default] = _fft_n(False, (-2, -1)), _fft_n(True, (-2, -1))
     out[aten.fft_rfftn.default], out[aten.fft_rfft2.default] = _rfft_n(), _rfft_n((-2, -1))

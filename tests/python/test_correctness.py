@@ -366,6 +366,19 @@ def test_n_dimensional_fft():
         assert got.shape == want.shape and torch.allclose(got, want, atol=1e-4)
 
 
+def test_scatter_along_a_negative_dim():
+    """scatter / scatter_add / scatter_reduce along dim -1 (GroupViT's hard softmax): torch-mlir's
+    lowering indexed with the negative dim and iree-compile crashed."""
+    def fn_(m, x):
+        index = x.argmax(-1, keepdim=True)
+        return (torch.zeros_like(x).scatter_(-1, index, 1.0), torch.zeros_like(x).scatter(-1, index, x),
+                torch.ones_like(x).scatter_add(-2, x.argmax(-2, keepdim=True), x[:, :1]),
+                x.scatter_reduce(-1, index, x[..., :1] * 2, "amax"))
+    fn, x = Fn(fn_), torch.randn(2, 4, 6)
+    for got, want in zip(cuvil_mlir.compile(fn, (x,))(x), fn(x)):
+        assert torch.allclose(got, want)
+
+
 def test_a_zero_scalar_added_before_a_scale():
     """``(x + 0) * s`` on a rank-4 tensor (XLNet's attention score with no segment term): the
     conv+BN folding pattern walks such chains and divided by the zero while matching."""
