@@ -23,7 +23,8 @@ found B"): ceil mode where it changes no output size, and a single window shorte
 the input; both as an equal pooling (``_simpler_pool``). Negative padding (a crop) as a slice:
 torch-mlir put it into ``tensor.pad`` and got wrong results with no error. ``fftn``, ``fft2`` and
 their inverse and real forms as 1-D transforms. Scatters along a negative dim along the same dim
-counted from the front (iree-compile crashed on them).
+counted from the front (iree-compile crashed on them). ``lgamma`` and ``digamma`` (no lowering)
+written out: Lanczos, the digamma series, reflection.
 """
 
 from __future__ import annotations
@@ -650,6 +651,63 @@ def _scatter_positive_dim(op):
     return decompose
 
 
+# Lanczos' approximation of the gamma function, g = 7, nine terms (the widely published set)
+LANCZOS_G = 7.0
+LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313, -176.61502916214059,
+           12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6, 1.5056327351493116e-7)
+
+
+def _math_dtype(x):
+    import torch
+
+    return x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _lgamma(x):
+    """log |gamma(x)| (torch-mlir has no lowering: the Student-t log-likelihood of Informer,
+    Autoformer and TimeSeriesTransformer): Lanczos for x >= 0.5, the reflection formula below
+    (sin(pi x) on x - round(x), exact for any x), +inf at the poles."""
+    import math
+
+    import torch
+
+    if not x.dtype.is_floating_point:
+        return NotImplemented
+    v = x.to(_math_dtype(x))
+    reflect = v < 0.5
+    z = torch.where(reflect, -v, v - 1)  # gamma(y) with y = 1 - v (reflected) or v, as z = y - 1
+    series = LANCZOS[0] + sum(c / (z + i) for i, c in enumerate(LANCZOS[1:], 1))
+    t = z + LANCZOS_G + 0.5
+    upper = 0.5 * math.log(2 * math.pi) + (z + 0.5) * t.log() - t + series.log()
+    lower = math.log(math.pi) - (math.pi * (v - v.round())).sin().abs().log() - upper
+    pole = reflect & (v == v.floor())
+    return torch.where(pole, torch.full_like(v, math.inf), torch.where(reflect, lower, upper)).to(x.dtype)
+
+
+def _digamma(x):
+    """d/dx log gamma(x) (no torch-mlir lowering either): six steps of the recurrence, then the
+    asymptotic series; the reflection formula below 0.5; -inf at 0 and nan at the negative
+    integers, as torch."""
+    import math
+
+    import torch
+
+    if not x.dtype.is_floating_point:
+        return NotImplemented
+    v = x.to(_math_dtype(x))
+    reflect = v < 0.5
+    y = torch.where(reflect, 1 - v, v)
+    shift = sum(1 / (y + k) for k in range(6))
+    w = y + 6
+    w2 = 1 / (w * w)
+    tail = w2 * (1 / 12 - w2 * (1 / 120 - w2 * (1 / 252 - w2 * (1 / 240 - w2 / 132))))
+    upper = w.log() - 0.5 / w - tail - shift
+    lower = upper - math.pi / (math.pi * (v - v.round())).tan()
+    out = torch.where(reflect, lower, upper)
+    out = torch.where(reflect & (v == v.floor()), torch.full_like(v, math.nan), out)
+    return torch.where(v == 0, torch.full_like(v, -math.inf), out).to(x.dtype)
+
+
 def _first(*rules):
     def decompose(*args, **kwargs):
         for rule in rules:
@@ -686,6 +744,7 @@ def table() -> dict:
     for op, dims in ((aten.max_pool2d_with_indices.default, 2), (aten.max_pool3d_with_indices.default, 3)):
         out[op] = _max_pool(op, dims, indices=True)
     out[aten.constant_pad_nd.default] = _constant_pad
+    out[aten.lgamma.default], out[aten.digamma.default] = _lgamma, _digamma
     for op in (aten.scatter.src, aten.scatter.value, aten.scatter_add.default, aten.scatter_reduce.two):
         out[op] = _scatter_positive_dim(op)
     out[aten.fft_fftn.default], out[aten.fft_ifftn.default] = _fft_n(False), _fft_n(True)
