@@ -498,17 +498,9 @@ def step_phases(args) -> None:
 
     from cuvil_mlir.runtime.generation import _choose, _step_inputs, load
 
-    dir_, scratch = Path(args.dir), Path(args.scratch)
-    scratch.mkdir(parents=True, exist_ok=True)
-    manifest = json.loads((dir_ / "manifest.json").read_text())
     rows = []
-    for case in args.cases.split(","):
-        batch, context = (int(x) for x in case.split("x"))
-        entry = _timing_entry(manifest, batch, context)
-        if entry is None:
-            log(f"phases {case}: no timing package")
-            continue
-        lm = load(unpacked(dir_, entry, scratch), verify=False)
+    for case, batch, entry, path in _timing_packages(args, "phases"):
+        lm = load(path, verify=False)
         prompt_ids = torch.randint(0, 1000, (batch, entry["prompt_len"]))
         logits = lm.prefill(prompt_ids)
         session = lm._session_with_cache()
@@ -573,16 +565,9 @@ def host_split(args) -> None:
     from cuvil_mlir.runtime import generation, session as session_mod
 
     session_mod.RUNTIME_FLAGS = (*session_mod.RUNTIME_FLAGS, *args.runtime_flag)  # before the first driver
-    dir_, scratch = Path(args.dir), Path(args.scratch)
-    scratch.mkdir(parents=True, exist_ok=True)
-    manifest = json.loads((dir_ / "manifest.json").read_text())
     rows = []
-    for case in args.cases.split(","):
-        batch, context = (int(x) for x in case.split("x"))
-        entry = _timing_entry(manifest, batch, context)
-        if entry is None:
-            continue
-        lm = generation.load(unpacked(dir_, entry, scratch), verify=False)
+    for case, batch, entry, path in _timing_packages(args, "host"):
+        lm = generation.load(path, verify=False)
         session = lm._session_with_cache()
         spent = {}
 
@@ -664,6 +649,20 @@ def host_split(args) -> None:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     name = "host-split" + "".join("-" + f.strip("-").replace("=", "-") for f in args.runtime_flag) + ".json"
     Path(args.out, name).write_text(json.dumps(rows, indent=1))
+
+
+def _timing_packages(args, what: str):
+    """(case, batch, manifest entry, unpacked path) of each of ``args.cases``' timing packages."""
+    dir_, scratch = Path(args.dir), Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((dir_ / "manifest.json").read_text())
+    for case in args.cases.split(","):
+        batch, context = (int(x) for x in case.split("x"))
+        entry = _timing_entry(manifest, batch, context)
+        if entry is None:
+            log(f"{what} {case}: no timing package")
+            continue
+        yield case, batch, entry, unpacked(dir_, entry, scratch)
 
 
 def _timing_entry(manifest: dict, batch: int, context: int) -> dict | None:
