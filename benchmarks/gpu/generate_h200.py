@@ -461,17 +461,10 @@ def profile_steps(args) -> None:
     from cuvil_mlir.eval import profiler
     from cuvil_mlir.runtime.generation import load
 
-    dir_, out, scratch = Path(args.dir), Path(args.out), Path(args.scratch)
-    scratch.mkdir(parents=True, exist_ok=True)
-    manifest = json.loads((dir_ / "manifest.json").read_text())
+    out = Path(args.out)
     stop = time.monotonic() + args.deadline
-    for case in args.cases.split(","):
-        batch, context = (int(x) for x in case.split("x"))
-        entry = _timing_entry(manifest, batch, context)
-        if entry is None:
-            log(f"profile {case}: no timing package")
-            continue
-        path = unpacked(dir_, entry, scratch)
+    for case, batch, entry, path in _timing_packages(args, "profile"):
+        context = entry["context"]
         for target in args.targets.split(";"):
             if time.monotonic() > stop:
                 log(f"profile {case} {target}: deadline")
@@ -898,19 +891,15 @@ def main() -> None:
     f.add_argument("--position", type=int, default=None, help="default: the function's last")
     f.add_argument("--deadline", type=float, default=240)
     f.add_argument("--scratch", default="/tmp/gen-pkgs")
-    ph = sub.add_parser("phases", help="a decode step's host-side phases in a generate loop (there)")
-    ph.add_argument("dir")
-    ph.add_argument("--out", required=True)
-    ph.add_argument("--cases", default="1x128,8x128")
-    ph.add_argument("--steps", type=int, default=30)
-    ph.add_argument("--scratch", default="/tmp/gen-pkgs")
-    hs = sub.add_parser("host", help="CausalLM.generate's decode step split on the host (there)")
-    hs.add_argument("dir")
-    hs.add_argument("--out", required=True)
-    hs.add_argument("--cases", default="1x128,8x128")
-    hs.add_argument("--steps", type=int, default=64)
-    hs.add_argument("--scratch", default="/tmp/gen-pkgs")
-    hs.add_argument("--runtime-flag", action="append", default=[], help="an extra IREE runtime flag (repeatable)")
+    for name, steps, about in (("phases", 30, "a decode step's host-side phases in a generate loop (there)"),
+                               ("host", 64, "CausalLM.generate's decode step split on the host (there)")):
+        sp = sub.add_parser(name, help=about)
+        sp.add_argument("dir")
+        sp.add_argument("--out", required=True)
+        sp.add_argument("--cases", default="1x128,8x128")
+        sp.add_argument("--steps", type=int, default=steps)
+        sp.add_argument("--scratch", default="/tmp/gen-pkgs")
+    sp.add_argument("--runtime-flag", action="append", default=[], help="an extra IREE runtime flag (repeatable)")
     args = p.parse_args()
     {"host": host_split, "build": build, "run": run, "report": report, "step": step, "profile": profile_steps,
      "phases": step_phases}[args.cmd](args)
