@@ -600,7 +600,20 @@ def host_split(args) -> None:
                 views.append(rt.HalBufferView(pinned[key], list(a.shape), session_mod._element_type(a.dtype)))
             return views
 
-        for condition in ("plain", "torch_cuda", "torch_cpu_argmax", "pinned_inputs"):
+        conditions = ("plain", "torch_cuda", "torch_cpu_argmax", "pinned_inputs") if not args.with_hf else \
+            ("plain", "hf_generated", "hf_generated_gc_off")
+        for condition in conditions:
+            if condition == "hf_generated":  # transformers' model on the GPU, one generate run, as timing_case has
+                import gc
+
+                size = json.loads((Path(args.dir) / "manifest.json").read_text())["llama"]
+                hf_model = llama(size, "fp16", "cuda")
+                with torch.no_grad():
+                    hf_model.generate(ids.cuda(), attention_mask=torch.ones_like(ids.cuda()), max_new_tokens=8, do_sample=False)
+                torch.cuda.synchronize()
+                row_gc = {"gc_objects": len(gc.get_objects())}
+            if condition == "hf_generated_gc_off":
+                gc.disable()
             if condition == "pinned_inputs":
                 session._upload = timed("upload", upload_pinned)
             else:
@@ -632,11 +645,15 @@ def host_split(args) -> None:
             per = {k: statistics.median(p.get(k, 0.0) for p in pers) for k in pers[0]}
             row = {"case": case, "condition": condition, "runtime_flags": args.runtime_flag, "step_ms": round(step * 1e3, 3),
                    "tok_s": round(batch / step, 1), **{f"{k}_ms": round(v * 1e3, 3) for k, v in per.items()}}
+            if condition.startswith("hf_"):
+                row.update(row_gc)
             row["call_ms"] = round(row.get("invoke_with_upload_ms", 0) - row.get("upload_ms", 0), 3)
             row["loop_rest_ms"] = round(row["step_ms"] - row.get("invoke_with_upload_ms", 0) - row.get("read_ms", 0)
                                         - row.get("choose_ms", 0), 3)
             log(json.dumps(row))
             rows.append(row)
+            if condition == "hf_generated_gc_off":
+                gc.enable()
         generation._choose = choose
         lm = None
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -899,6 +916,7 @@ def main() -> None:
         sp.add_argument("--cases", default="1x128,8x128")
         sp.add_argument("--steps", type=int, default=steps)
         sp.add_argument("--scratch", default="/tmp/gen-pkgs")
+    sp.add_argument("--with-hf", action="store_true", help="conditions: after transformers' model generated in the process")
     sp.add_argument("--runtime-flag", action="append", default=[], help="an extra IREE runtime flag (repeatable)")
     args = p.parse_args()
     {"host": host_split, "build": build, "run": run, "report": report, "step": step, "profile": profile_steps,
