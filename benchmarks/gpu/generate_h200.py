@@ -549,16 +549,21 @@ def step_phases(args) -> None:
 def host_split(args) -> None:
     """Where ``CausalLM.generate``'s time per decode step goes on the host (there): the real loop,
     its session's upload / call / read-back and the token choice each timed by wrappers; per
-    step, means over ``--steps`` new tokens after a warm-up. Per case, three conditions: no torch
+    step, means over ``--steps`` new tokens after a warm-up. Per case, the conditions: no torch
     CUDA in the process; after torch's CUDA context and a cuBLAS matmul (as the timing runs, which
-    run HF in the same process); and after a torch CPU argmax over [batch, vocab] (its intra-op
-    threads). One JSON line per case and condition (host-split.json)."""
+    run HF in the same process); after a torch CPU argmax over [batch, vocab] (its intra-op
+    threads); the small inputs in mapped pinned host memory instead of the kept device buffers.
+    With ``--with-hf``: no torch CUDA, then after transformers' model generated on the GPU in the
+    process, then the same with Python's garbage collector off. ``--runtime-flag``: extra IREE
+    runtime flags for the whole process. One JSON line per case and condition (host-split*.json)."""
+    import gc
+
     import torch
 
     from cuvil_mlir.runtime import generation, session as session_mod
 
     session_mod.RUNTIME_FLAGS = (*session_mod.RUNTIME_FLAGS, *args.runtime_flag)  # before the first driver
-    rows = []
+    rows, hf_model = [], None
     for case, batch, entry, path in _timing_packages(args, "host"):
         lm = generation.load(path, verify=False)
         session = lm._session_with_cache()
@@ -573,8 +578,7 @@ def host_split(args) -> None:
                     spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
             return wrapper
 
-        session._upload = timed("upload", session._upload)
-        # (pinned_inputs below swaps in its own upload)
+        session._upload = timed("upload", session._upload)  # pinned_inputs swaps in its own below
         session.invoke_resident = timed("invoke_with_upload", session.invoke_resident)
         session._to_host = timed("read", session._to_host)
         choose = generation._choose
@@ -604,10 +608,8 @@ def host_split(args) -> None:
             ("plain", "hf_generated", "hf_generated_gc_off")
         for condition in conditions:
             if condition == "hf_generated":  # transformers' model on the GPU, one generate run, as timing_case has
-                import gc
-
-                size = json.loads((Path(args.dir) / "manifest.json").read_text())["llama"]
-                hf_model = llama(size, "fp16", "cuda")
+                if hf_model is None:
+                    hf_model = llama(json.loads((Path(args.dir) / "manifest.json").read_text())["llama"], "fp16", "cuda")
                 with torch.no_grad():
                     hf_model.generate(ids.cuda(), attention_mask=torch.ones_like(ids.cuda()), max_new_tokens=8, do_sample=False)
                 torch.cuda.synchronize()

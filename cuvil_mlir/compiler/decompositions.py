@@ -536,11 +536,9 @@ def _rfft_n(default_dim=None):
         if s is not None and len(s) != len(dims):
             return NotImplemented
         x = _rfft(x, None if s is None else s[-1], dims[-1], norm)
-        for i, d in enumerate(dims[:-1]):
-            if x is NotImplemented:
-                return NotImplemented
-            x = _fft_complex(False)(x, None if s is None else s[i], d, norm)
-        return x
+        if x is NotImplemented or len(dims) == 1:
+            return x
+        return _fft_n(False)(x, None if s is None else s[:-1], dims[:-1], norm)
     return decompose
 
 
