@@ -547,8 +547,10 @@ def step_phases(args) -> None:
 
 
 def host_split(args) -> None:
-    """Where ``CausalLM.generate``'s time per decode step goes on the host (there): the real loop,
-    its session's upload / call / read-back and the token choice each timed by wrappers; per
+    """Where ``CausalLM.generate``'s time per decode step goes on the host (there): the loop through
+    the host (``device_greedy`` off), its session's upload / call / read-back and the token choice
+    each timed by wrappers (first, for a package whose steps return their greedy tokens, generate's
+    own loop on the device, condition ``device_greedy``: its step time and reads); per
     step, means over ``--steps`` new tokens after a warm-up. Per case, the conditions: no torch
     CUDA in the process; after torch's CUDA context and a cuBLAS matmul (as the timing runs, which
     run HF in the same process); after a torch CPU argmax over [batch, vocab] (its intra-op
@@ -581,6 +583,8 @@ def host_split(args) -> None:
         session._upload = timed("upload", session._upload)  # pinned_inputs swaps in its own below
         session.invoke_resident = timed("invoke_with_upload", session.invoke_resident)
         session._to_host = timed("read", session._to_host)
+        session.queue_read = timed("queue_read", session.queue_read)
+        session.invoke_async = timed("queue_call", session.invoke_async)
         choose = generation._choose
         generation._choose = timed("choose", choose)
         ids = torch.randint(0, 1000, (batch, entry["prompt_len"]))
@@ -606,7 +610,10 @@ def host_split(args) -> None:
 
         conditions = ("plain", "torch_cuda", "torch_cpu_argmax", "pinned_inputs") if not args.with_hf else \
             ("plain", "hf_generated", "hf_generated_gc_off")
+        if lm.device_greedy:  # first, generate's own loop: tokens passed on the device, calls queued ahead
+            conditions = ("device_greedy", *conditions)
         for condition in conditions:
+            lm.device_greedy = condition == "device_greedy"  # every other condition: the loop through the host
             if condition == "hf_generated":  # transformers' model on the GPU, one generate run, as timing_case has
                 if hf_model is None:
                     hf_model = llama(json.loads((Path(args.dir) / "manifest.json").read_text())["llama"], "fp16", "cuda")
@@ -727,7 +734,9 @@ def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, dead
                 row["notes"][name] = f"{target} did not load; ran {lm.active_target}"
                 continue
             row[f"{name}_prefill_function"] = prefill_functions(lm, p)
-            fns[name] = (lambda lm: lambda count: lm.generate(ids, max_new_tokens=count))(lm)
+            fns[name] = cuvil_generate(lm, ids, lm.device_greedy)
+            if name == "cuvil" and lm.device_greedy:  # the same package, each token through the host (A/B)
+                fns["cuvil_host_loop"] = cuvil_generate(lm, ids, False)
             with torch.no_grad():
                 want = model(ids_dev).logits[:, -1].float().cpu()
             got = lm.prefill(ids).float()
@@ -788,6 +797,16 @@ def timing_case(path: Path, entry: dict, manifest: dict, device: str, sync, dead
         flush()
 
 
+def cuvil_generate(lm, ids, device_greedy: bool):
+    """generate(count) of ``lm`` on ``ids``, its greedy tokens passed between the steps on the
+    device (``device_greedy``: CausalLM's default where the package's steps return them) or each
+    read back, chosen on the host and uploaded."""
+    def generate(count):
+        lm.device_greedy = device_greedy
+        return lm.generate(ids, max_new_tokens=count)
+    return generate
+
+
 def summary(data: dict) -> str:
     lines = [f"generate_h200: {data.get('wall_s')} s"]
     for r in data["checks"]:
@@ -842,7 +861,10 @@ def render(data: dict, date: str) -> str:
               f"token); decode tok/s = batch x {n - 1} / (t(generate {n}) - t(generate 1)); CUDA-synchronized wall time, medians "
               "of interleaved rounds. Entries: cuvil (the package's first target, cuda:h200{hopper-mode=target-description}: "
               "IREE's code built for sm_90 plus the Hopper kernels), cuvil_plain (its second, cuda:h200: the same kernels, "
-              "IREE's code built for sm_89 and JIT-compiled by the driver; not IREE's codegen alone), hf_eager (generate, dynamic cache), hf_static_compile (generate with "
+              "IREE's code built for sm_89 and JIT-compiled by the driver; not IREE's codegen alone), cuvil_host_loop (the first "
+              "target's module with each greedy token read back, chosen on the host and uploaded, as before 2026-12-07's "
+              "evening; the other cuvil entries pass tokens and positions between the steps on the device, calls queued "
+              "ahead), hf_eager (generate, dynamic cache), hf_static_compile (generate with "
               "cache_implementation=\"static\": HF compiles the decode step with torch.compile, reduce-overhead). Weights: "
               "one random 64x64 sign block tiled over each matrix (timing does not depend on values; greedy tokens are then "
               "mostly ties, so token equality there is no check). prefill function: the package's function(s) that "

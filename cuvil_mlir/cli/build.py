@@ -242,14 +242,17 @@ def _describe_signature(sig) -> str:
 
 
 def _describe_causal_lm(lm: dict) -> str:
-    """compile_causal_lm's functions and sizes; a package written before prefill_first lists no
-    functions: it has prefill and decode."""
+    """compile_causal_lm's functions, sizes and step results; a package written before
+    prefill_first lists no functions (it has prefill and decode), one written before the steps
+    returned their greedy tokens no step_outputs (logits alone)."""
     from cuvil_mlir.runtime.generation import OLD_FUNCTIONS
 
     functions = lm.get("functions")
     names = ", ".join(functions) if functions else ", ".join(OLD_FUNCTIONS) + " (no prefill_first: every chunk runs prefill)"
+    outputs = ", ".join(lm.get("step_outputs", ["logits"]))
+    greedy = "on the device" if "next_token" in outputs else "through the host"
     return (f"functions {names}; batch {lm.get('batch')}, max_seq_len {lm.get('max_seq_len')}, "
-            f"prefill_len {lm.get('prefill_len')}")
+            f"prefill_len {lm.get('prefill_len')}; steps return {outputs} (greedy tokens {greedy})")
 
 
 def _describe_fired(fired: dict) -> str:

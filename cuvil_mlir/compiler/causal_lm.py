@@ -1,11 +1,13 @@
 """``compile_causal_lm``: a Hugging Face causal LM as one module with three functions over a KV
 cache that stays on the device and is updated in place (docs/generation.md).
 
-    prefill_first(input_ids[B, P], last[1], *cache) -> logits[B, V]
-    prefill(input_ids[B, P], position[1], last[1], *cache) -> logits[B, V]
-    decode(input_ids[B, 1], position[1], last[1], *cache) -> logits[B, V]
+    prefill_first(input_ids[B, P], last[1], *cache) -> (logits[B, V], next_token[B, 1], next_position[1])
+    prefill(input_ids[B, P], position[1], last[1], *cache) -> (logits[B, V], next_token[B, 1], next_position[1])
+    decode(input_ids[B, 1], position[1], last[1], *cache) -> (logits[B, V], next_token[B, 1], next_position[1])
 
-(logits in float32 whatever the model's dtype, as transformers' generate reads them.)
+(logits in float32 whatever the model's dtype, as transformers' generate reads them; next_token
+their greedy choice and next_position the position it goes to, ``position + last + 1``: what
+the next decode call takes, so a greedy generate passes them on without leaving the device.)
 
 ``cache`` is the keys and values of every layer, ``[B, kv_heads, max_seq_len, head_dim]`` each,
 arguments the functions write in place (a slice at ``position``: IREE ties them, no copy per
@@ -31,6 +33,8 @@ from __future__ import annotations
 import warnings
 
 from cuvil_mlir.core.diagnostics import CuvilError, ImportError_, InputError
+
+STEP_OUTPUTS = ("logits", "next_token", "next_position")  # what every step function returns (metadata step_outputs)
 
 
 def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len: int | None = None, target: str = "cpu",
@@ -61,6 +65,7 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
         "max_seq_len": max_seq_len,
         "prefill_len": prefill_len,
         "functions": list(programs),  # prefill_first, prefill, decode: what CausalLM may call
+        "step_outputs": list(STEP_OUTPUTS),
         **({"prefill_first_skipped": skipped} if skipped else {}),  # why prefill_first could not be exported
         "vocab_size": int(config.get_text_config().vocab_size),
         "cache": [{"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")} for t in cache],
@@ -182,7 +187,7 @@ class _StepCheck:
             t.zero_()
 
     def _compare(self, name: str, which: int, got) -> None:
-        expected = self.expected[which]
+        got, expected = got[0], self.expected[which]  # the step's logits
         if tuple(got.shape) != tuple(expected.shape):
             raise CuvilError(f"its {name} step returns logits of shape {list(got.shape)}, the model's forward "
                              f"{list(expected.shape)}")
@@ -285,6 +290,28 @@ def _causal_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling
     return out.transpose(1, 2).contiguous(), None
 
 
+def _step_results(logits, next_position):
+    """A step's results (STEP_OUTPUTS): the float32 logits after the chosen token (as
+    transformers' generate reads them), their greedy choice ``[batch, 1]`` and the position that
+    token goes to. A greedy generate feeds the last two to the next decode call as they are, on
+    the device (runtime/generation.py).
+
+    The choice is the first maximum, as torch's argmax, written as two plain reductions: the
+    maximum, then the least int32 index that holds it. IREE's CUDA codegen gave the one-pass
+    argmax (value and index carried together), fused after a 32000-wide lm_head, 128 KB of
+    shared memory, past sm_89's 99 KB ("uses 128004 bytes of shared memory"), and failed to
+    distribute the int64 min reduction ("failed to distribute"). A row of NaNs picks the last
+    token."""
+    import torch
+
+    logits = logits.float()
+    vocab = logits.shape[-1]
+    best = logits.amax(-1, keepdim=True)
+    index = torch.arange(vocab, dtype=torch.int32)
+    token = torch.where(logits == best, index, vocab).amin(-1, keepdim=True).clamp_max(vocab - 1).long()
+    return logits, token, next_position
+
+
 def _step_classes():
     """(the step of prefill and decode, the step of prefill_first): torch modules over a
     transformers causal LM."""
@@ -335,7 +362,7 @@ def _step_classes():
             layers = [ArgumentLayer(cache[i], cache[i + 1], start, end) for i in range(0, len(cache), 2)]
             out = self.model(input_ids=input_ids, position_ids=index[None, :].expand(batch, length), attention_mask=mask,
                              past_key_values=Cache(layers=layers), use_cache=True, logits_to_keep=last)
-            return out.logits[:, 0].float()  # as transformers' generate reads them; a host argmax over f32 is fast
+            return _step_results(out.logits[:, 0], position + last + 1)
 
     class FirstStep(torch.nn.Module):
         """prefill_first: tokens at positions ``0 .. P-1`` attend causally to each other only
@@ -352,6 +379,6 @@ def _step_classes():
             index = torch.arange(length, dtype=torch.int64)[None, :].expand(batch, length)
             out = self.model(input_ids=input_ids, position_ids=index, attention_mask=None,
                              past_key_values=Cache(layers=layers), use_cache=True, logits_to_keep=last)
-            return out.logits[:, 0].float()  # as transformers' generate reads them; a host argmax over f32 is fast
+            return _step_results(out.logits[:, 0], last + 1)
 
     return Step, FirstStep

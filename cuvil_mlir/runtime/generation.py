@@ -4,8 +4,11 @@ The package holds one module per target with the functions ``prefill_first``, ``
 ``decode``, and metadata ``causal_lm`` (batch, max_seq_len, prefill_len, the cache's tensors,
 the functions: a package written before ``prefill_first`` lists none and has the other two). The KV cache is
 allocated once on the device when a target is chosen and passed to every call as it is: the
-functions update it in place, nothing of it crosses to the host. Per step only the new token
-ids go in and the last position's logits come out.
+functions update it in place, nothing of it crosses to the host. Greedy generation keeps the
+tokens on the device too: each step returns its greedy ``next_token`` and ``next_position``, the
+next decode call takes them as they are and is queued before the host reads the tokens before
+it (``_greedy_on_device``), so only B token ids a step come back. Sampling (and a package whose
+steps return logits alone) reads the logits back and uploads the chosen ids.
 
 A prompt is prefilled ``prefill_len`` tokens at a time. The chunk at position 0 runs
 ``prefill_first`` where the package has it (causal attention among its own tokens, no mask),
@@ -28,6 +31,7 @@ from cuvil_mlir.runtime.compiled import CompiledModel, from_package, supplied_pa
 
 
 OLD_FUNCTIONS = ("prefill", "decode")  # a package written before prefill_first (no "functions" in its metadata)
+DEVICE_GREEDY_OUTPUTS = ("logits", "next_token", "next_position")  # compiler/causal_lm.py STEP_OUTPUTS
 
 
 class CausalLM(CompiledModel):
@@ -43,8 +47,13 @@ class CausalLM(CompiledModel):
             self.eos_token_id = lm.get("eos_token_id")
             self.pad_token_id = lm.get("pad_token_id")
             self.functions = tuple(lm.get("functions", OLD_FUNCTIONS))
+            self.step_outputs = tuple(lm.get("step_outputs", ("logits",)))
         except (KeyError, TypeError, ValueError) as e:
             raise PackageError(f"the package's causal_lm metadata is malformed ({type(e).__name__}: {e})") from e
+        # greedy generate: tokens and positions passed between the steps on the device, calls
+        # queued ahead (_greedy_on_device); a package from before the steps returned them, or
+        # False: each token read back, chosen on the host and uploaded (as sampling does)
+        self.device_greedy = self.step_outputs == DEVICE_GREEDY_OUTPUTS
         self._cache: list | None = None  # device buffers of the session that holds them
         self._cache_session = None
 
@@ -90,11 +99,13 @@ class CausalLM(CompiledModel):
         # fewer prompts than the compiled batch: the free rows repeat the first prompt, and their
         # tokens are dropped (they count as finished from the start, so they never hold up the end)
         finished = torch.arange(self.batch) >= rows
-        logits = self.prefill(torch.cat([ids, ids[:1].expand(self.batch - rows, -1)]) if rows < self.batch else ids)
-        for step in range(max_new_tokens):
-            token = _choose(logits[:rows], do_sample, temperature, top_k, top_p, generator)
-            if rows < self.batch:
-                token = torch.cat([token, torch.full((self.batch - rows,), pad, dtype=token.dtype)])
+        prompt = torch.cat([ids, ids[:1].expand(self.batch - rows, -1)]) if rows < self.batch else ids
+        if not do_sample and self.device_greedy:
+            tokens = self._greedy_on_device(prompt, max_new_tokens)
+        else:
+            tokens = self._tokens_through_host(prompt, max_new_tokens,
+                                               lambda logits: _choose(logits, do_sample, temperature, top_k, top_p, generator))
+        for token in tokens:
             token = torch.where(finished, torch.full_like(token, pad), token)
             out.append(token[:rows, None])
             if streamer is not None:
@@ -105,8 +116,7 @@ class CausalLM(CompiledModel):
                 finished |= torch.isin(token, torch.tensor(eos))
                 if bool(finished.all()):
                     break
-            if step + 1 < max_new_tokens:
-                logits = self.decode(token[:, None], ids.shape[1] + step)
+        tokens.close()  # a greedy generation on the device waits for the step it queued ahead
         if streamer is not None:
             streamer.end()
         if bar is not None:
@@ -150,21 +160,68 @@ class CausalLM(CompiledModel):
             padded[row, :tokens.shape[0]] = tokens
         return torch.cat([ids, padded], dim=1)
 
+    def _tokens_through_host(self, prompt, max_new_tokens: int, choose):
+        """The next token of every row ([batch] int64, torch) per step, ``choose``\ n from the
+        logits read back to the host; each is uploaded to the next decode call."""
+        logits = self.prefill(prompt)
+        for step in range(max_new_tokens):
+            token = choose(logits)
+            yield token
+            if step + 1 < max_new_tokens:
+                logits = self.decode(token[:, None], prompt.shape[1] + step)
+
+    def _greedy_on_device(self, prompt, max_new_tokens: int):
+        """The greedy token of every row ([batch] int64, torch) per step, the tokens and
+        positions passed from call to call on the device (each step's ``next_token`` and
+        ``next_position`` are the next decode call's inputs) and each call queued before the
+        token of the one before is read: the device runs step i+1 while the host reads and
+        hands out step i's tokens (8 bytes a row), so no step waits for the host. Closing the
+        generator (a finished batch) waits for the step queued ahead; its cache writes are past
+        every token kept."""
+        import torch
+
+        session = self._session_with_cache()
+        results = self._prefill_views(prompt)  # step 0: done when the prefill returns
+        last = session.device_zeros((1,), "int64")  # decode's logits row: its one token
+        timeline, previous = session.timeline(), None
+        queued = 0  # the timeline value of the last call queued
+        try:
+            for step in range(max_new_tokens):
+                read = session.queue_read(results[1:2], after=(timeline, step))
+                if step + 1 < max_new_tokens:
+                    following = session.invoke_async("decode", [results[1], results[2], last, *self._cache],
+                                                     wait=(timeline, step), signal=(timeline, step + 1))
+                    queued = step + 1
+                token = torch.from_numpy(read()[0][:, 0].astype(np.int64))
+                # step `step` is done: the inputs it read (previous) may go; its own results are
+                # the next call's inputs and stay until that call is done
+                previous, results = results, following if step + 1 < max_new_tokens else None
+                yield token
+        finally:
+            if queued:
+                import iree.runtime as rt
+
+                rt.HalFence.create_at(timeline, queued).wait()
+
     def prefill(self, input_ids):
         """Fill the cache with the prompt ``input_ids`` ([batch, L], L <= max_seq_len);
         returns the logits after its last token ([batch, vocab], torch)."""
         import torch
 
+        views = self._prefill_views(input_ids)
+        return torch.from_numpy(self._session.to_host(views[:1])[0])
+
+    def _prefill_views(self, input_ids) -> list:
+        """The prefill calls of the prompt, waited on; the last one's results on the device."""
         ids = np.ascontiguousarray(self._check_prompt(input_ids, 0).cpu().numpy().astype(np.int64))
         length, chunk = ids.shape[1], self.prefill_len
-        calls = self.prefill_calls(length)
-        for function, start in calls:
+        for function, start in self.prefill_calls(length):
             piece = ids[:, start:start + chunk]
             if piece.shape[1] < chunk:  # a prompt shorter than a chunk: pad its end
                 piece = np.concatenate([piece, np.zeros((self.batch, chunk - piece.shape[1]), np.int64)], axis=1)
             last = min(length, start + chunk) - 1 - start
-            logits = self._call(function, _step_inputs(function, piece, start, last), read=start == calls[-1][1])
-        return torch.from_numpy(logits)
+            views = self._run_step(function, _step_inputs(function, piece, start, last))
+        return views
 
     def prefill_calls(self, length: int) -> list[tuple[str, int]]:
         """(function, start position) of each chunk that prefills a prompt of ``length`` tokens:
@@ -186,7 +243,8 @@ class CausalLM(CompiledModel):
         if not 0 <= position < self.max_seq_len:
             raise InputError(f"decode position {position} is outside the cache (max_seq_len {self.max_seq_len})")
         ids = np.ascontiguousarray(ids.cpu().numpy().astype(np.int64))
-        return torch.from_numpy(self._call("decode", _step_inputs("decode", ids, position, 0)))
+        views = self._run_step("decode", _step_inputs("decode", ids, position, 0))
+        return torch.from_numpy(self._session.to_host(views[:1])[0])
 
     def step_arguments(self, function: str = "decode", position: int | None = None, token_ids=None) -> list[np.ndarray]:
         """Host arrays for one call of ``function`` outside a session (``cuvil profile``, IREE's
@@ -210,12 +268,11 @@ class CausalLM(CompiledModel):
         return [*_step_inputs(function, ids, position, length - 1),
                 *(np.zeros(shape, np.dtype(dtype)) for shape, dtype in self.cache_layout)]
 
-    def _call(self, function: str, args: list, read: bool = True) -> np.ndarray | None:
-        """One call of ``function`` with ``args`` and the cache; the logits back on the host when
-        ``read`` (a prefill chunk before the last only fills the cache)."""
+    def _run_step(self, function: str, args: list) -> list:
+        """One call of ``function`` with ``args`` (host arrays) and the cache, waited on; its
+        results (``step_outputs``) on the device."""
         session = self._session_with_cache()
-        views = session.invoke_resident(function, [*args, *self._cache], kept_inputs=True)  # results: logits only
-        return session.to_host(views[:1])[0] if read else None
+        return session.invoke_resident(function, [*args, *self._cache], kept_inputs=True)
 
     def _session_with_cache(self):
         if self._session is None:

@@ -147,7 +147,7 @@ class Session:
             raise RuntimeFailure(f"IREE runtime could not load the module on driver '{driver}': {one_line(e)}") from e
         self._module = self._ctx.modules[self._vm_module.name]
         self._invokers: dict = {}
-        self._staging: dict[int, list] = {}  # allocation size -> host staging buffers, reused across calls
+        self._staging: dict[int, list] = {}  # allocation size -> free host staging buffers, reused across reads
         self._uploads: dict[tuple, tuple] = {}  # (argument index, bytes) -> (host staging, device buffer): kept_inputs
         self.exports_results: bool | None = None  # whether invoke_dlpack can hand out IREE's result buffers (None: not tried)
 
@@ -200,12 +200,41 @@ class Session:
         except Exception as e:
             raise RuntimeFailure(f"calling '{function}' on driver '{self.driver}' failed: {one_line(e)}") from e
 
-    def to_host(self, views) -> list[np.ndarray]:
-        """Device buffers (results of ``invoke_resident``) as numpy arrays."""
+    def to_host(self, views, after=None) -> list[np.ndarray]:
+        """Device buffers (results of ``invoke_resident`` or ``invoke_async``) as numpy arrays;
+        ``after``: a (semaphore, value) the copies wait for on the device's queue (an
+        ``invoke_async`` whose results these are)."""
         try:
-            return self._to_host(views)
+            return self._to_host(views, after)
         except Exception as e:
             raise RuntimeFailure(f"reading results back from driver '{self.driver}' failed: {one_line(e)}") from e
+
+    def timeline(self):
+        """A new timeline semaphore at 0 for ``invoke_async``'s waits and signals."""
+        return self._device.create_semaphore(0)
+
+    def invoke_async(self, function: str, args: list, *, wait: tuple, signal: tuple) -> list:
+        """Queue ``function`` (its IREE ``<function>$async`` form, coarse fences) on device
+        buffers ``args``, after the device reaches ``wait`` (a (semaphore, value)); it signals
+        ``signal`` when done. Returns at once: its results' buffer views, not to be read (nor
+        released: keep them until ``signal``) before then; ``to_host(views, after=signal)`` reads
+        them in order. Chaining calls so (each waiting for the one before) keeps the device
+        busy while the host queues the next one."""
+        import iree.runtime as rt
+
+        try:
+            vm_args = rt.VmVariantList(len(args) + 2)
+            for a in args:
+                vm_args.push_ref(a)
+            vm_args.push_ref(rt.HalFence.create_at(*wait))
+            vm_args.push_ref(rt.HalFence.create_at(*signal))
+            results = rt.VmVariantList(4)
+            self._ctx.vm_context.invoke(self._vm_function(f"{function}$async"), vm_args, results)
+            return [results.get_as_object(i, rt.HalBufferView) for i in range(len(results))]
+        except RuntimeFailure:
+            raise
+        except Exception as e:
+            raise RuntimeFailure(f"queueing '{function}' on driver '{self.driver}' failed: {one_line(e)}") from e
 
     # DLPack device type codes (dlpack.h): where this driver's buffers live
     DLPACK_DEVICE = {"cuda": 2, "hip": 10, "local-task": 1, "local-sync": 1}
@@ -334,40 +363,56 @@ class Session:
         rt.HalFence.create_at(semaphore, step).wait()
         return views
 
-    def _to_host(self, views) -> list[np.ndarray]:
-        """Device buffers -> host-visible staging buffers (copies queued in a chain, waited
-        on once) -> numpy arrays that own their memory. The staging buffers are kept for
-        the next call (allocating pinned host memory costs more than the copy)."""
+    def _to_host(self, views, after=None) -> list[np.ndarray]:
+        return self.queue_read(views, after)()
+
+    def queue_read(self, views, after=None):
+        """Queue the copies of device buffers to the host after ``after`` (a (semaphore,
+        value); else at once) and return a function that waits for them and gives numpy
+        arrays that own their memory. Between the two the device may take more work: a read
+        queued before the next call runs before it. Copies go through host-visible staging
+        buffers, chained and waited on once; the staging buffers are kept for later reads
+        (allocating pinned host memory costs more than the copy)."""
         import iree.runtime as rt
 
         device = self._device
         semaphore, step, staged = device.create_semaphore(0), 0, []
-        free = {size: list(buffers) for size, buffers in self._staging.items()}
+        first = rt.HalFence.create_at(*after) if after is not None else None
         for view in views:
             if not view.byte_length:
                 staged.append(None)
                 continue
             source = view.get_buffer()  # may be longer than the view; the view starts at its start
             size = source.byte_length()
-            if free.get(size):
-                host = free[size].pop()
+            if self._staging.get(size):  # a free one (a read in flight holds its own)
+                host = self._staging[size].pop()
             else:
                 host = device.allocator.allocate_buffer(
                     memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,
                     allowed_usage=rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED,
                     allocation_size=size)
-                self._staging.setdefault(size, []).append(host)
-            device.queue_copy(source, host, wait_semaphores=rt.HalFence.create_at(semaphore, step),
-                              signal_semaphores=rt.HalFence.create_at(semaphore, step + 1))
-            staged.append(host)
+            wait = first if step == 0 and first is not None else rt.HalFence.create_at(semaphore, step)
+            device.queue_copy(source, host, wait_semaphores=wait, signal_semaphores=rt.HalFence.create_at(semaphore, step + 1))
+            staged.append((size, host))
             step += 1
-        rt.HalFence.create_at(semaphore, step).wait()
-        out = []
-        for view, host in zip(views, staged):
-            dtype = rt.HalElementType.map_to_dtype(view.element_type)
-            shape = list(view.shape)
-            out.append(np.zeros(shape, dtype) if host is None else np.array(host.map().asarray(shape, dtype)))
-        return out
+        done = first if step == 0 and first is not None else rt.HalFence.create_at(semaphore, step)
+
+        def finish() -> list[np.ndarray]:
+            try:
+                done.wait()
+                out = []
+                for view, kept in zip(views, staged):
+                    dtype = rt.HalElementType.map_to_dtype(view.element_type)
+                    shape = list(view.shape)
+                    out.append(np.zeros(shape, dtype) if kept is None else np.array(kept[1].map().asarray(shape, dtype)))
+                for kept in staged:
+                    if kept is not None:
+                        self._staging.setdefault(kept[0], []).append(kept[1])
+                return out
+            except Exception as e:
+                raise RuntimeFailure(f"reading results back from driver '{self.driver}' failed: {one_line(e)}") from e
+
+        return finish
 
 
 def _element_type(dtype):

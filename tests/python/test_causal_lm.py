@@ -44,15 +44,20 @@ def compiled_lm(request):
 
 
 def _calls(monkeypatch) -> list[str]:
-    """The names of the functions the session invokes from now on."""
+    """The names of the functions the session invokes from now on (waited on, or queued:
+    ``decode$async``)."""
     called = []
-    original = Session.invoke_resident
 
-    def spy(self, function, args, **kwargs):
-        called.append(function)
-        return original(self, function, args, **kwargs)
+    def spy(name, suffix):
+        original = getattr(Session, name)
 
-    monkeypatch.setattr(Session, "invoke_resident", spy)
+        def call(self, function, args, **kwargs):
+            called.append(function + suffix)
+            return original(self, function, args, **kwargs)
+        monkeypatch.setattr(Session, name, call)
+
+    spy("invoke_resident", "")
+    spy("invoke_async", "$async")
     return called
 
 
@@ -71,10 +76,15 @@ def test_greedy_tokens_equal_transformers(compiled_lm, prompt_len, prefills, mon
         expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False)
     assert lm.prefill_calls(prompt_len) == prefills
     called = _calls(monkeypatch)
+    assert lm.device_greedy  # the steps return their greedy tokens: passed on the device, calls queued ahead
     got = lm.generate(ids, max_new_tokens=new)
-    assert called == [function for function, _ in prefills] + ["decode"] * (new - 1)
+    assert called == [function for function, _ in prefills] + ["decode$async"] * (new - 1)
     assert got.shape == (BATCH, prompt_len + new)
     assert torch.equal(got, expected), f"{arch}: first difference at {(got != expected).nonzero()[:1].tolist()}"
+    called.clear()
+    monkeypatch.setattr(lm, "device_greedy", False)  # each token read back, chosen on the host and uploaded
+    assert torch.equal(lm.generate(ids, max_new_tokens=new), expected)
+    assert called == [function for function, _ in prefills] + ["decode"] * (new - 1)
 
 
 def test_one_module_three_functions_fused(compiled_lm):
@@ -98,7 +108,7 @@ def test_padding_after_the_prompt_does_not_change_it(compiled_lm):
     outs = []
     for pads in (np.zeros((BATCH, CHUNK - 5)), np.random.default_rng(1).integers(0, 8192, (BATCH, CHUNK - 5))):
         piece = np.ascontiguousarray(np.concatenate([ids, pads], axis=1).astype(np.int64))
-        logits = lm._call("prefill_first", [piece, np.array([4], np.int64)])
+        logits = lm._session.to_host(lm._run_step("prefill_first", [piece, np.array([4], np.int64)])[:1])[0]
         steps = [lm.decode(torch.tensor([[7 + i]] * BATCH), 5 + i).numpy() for i in range(4)]
         outs.append([logits, *steps])
     for a, b in zip(*outs):
@@ -142,11 +152,14 @@ def test_package_without_prefill_first(compiled_lm, tmp_path, monkeypatch, capsy
     programs, _, _ = _export_programs(model, BATCH, MAX_SEQ, CHUNK)
     del programs["prefill_first"]
     modules, metadata, parameters = compile_functions(programs, Options(), entry="decode")
-    metadata["causal_lm"] = {k: v for k, v in lm.metadata["causal_lm"].items() if k != "functions"}
+    # neither "functions" nor "step_outputs": its steps are read as returning logits alone (the greedy tokens go
+    # through the host)
+    metadata["causal_lm"] = {k: v for k, v in lm.metadata["causal_lm"].items() if k not in ("functions", "step_outputs")}
     path = tmp_path / "old.cuvilpkg"
     CausalLM(modules, metadata, parameters=parameters).save(path)
     old = cuvil_mlir.load(path)
     assert old.functions == ("prefill", "decode") and old.prefill_calls(13) == [("prefill", 0), ("prefill", 5)]
+    assert not old.device_greedy
     for prompt_len, prefills in ((13, ["prefill", "prefill"]), (5, ["prefill"])):
         ids = torch.randint(0, 8192, (BATCH, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
         with torch.no_grad():
@@ -158,7 +171,9 @@ def test_package_without_prefill_first(compiled_lm, tmp_path, monkeypatch, capsy
     from cuvil_mlir.cli import main
 
     assert main(["inspect", str(path)]) == 0
-    assert "causal lm:   functions prefill, decode (no prefill_first" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "causal lm:   functions prefill, decode (no prefill_first" in out
+    assert "steps return logits (greedy tokens through the host)" in out
 
 
 def test_cache_stays_on_device(compiled_lm, monkeypatch):
@@ -167,20 +182,23 @@ def test_cache_stays_on_device(compiled_lm, monkeypatch):
     lm.generate(ids, max_new_tokens=2)
     cache = list(lm._cache)
     read_back = []
-    original = Session.to_host
+    original = Session.queue_read
 
-    def spy(self, views):
+    def spy(self, views, after=None):
         read_back.extend(int(v.byte_length) for v in views)
-        return original(self, views)
+        return original(self, views, after)
 
-    monkeypatch.setattr(Session, "to_host", spy)
+    monkeypatch.setattr(Session, "queue_read", spy)
     uploads = dict(lm._session._uploads)
     lm.generate(ids, max_new_tokens=6)
     assert all(a is b for a, b in zip(lm._cache, cache))  # the same device buffers, not new ones per step
-    # the per-step inputs (ids, position, last) go through the same kept buffers every call
+    # the prompt's inputs (ids, position, last) go through the same kept buffers every call
     assert lm._session._uploads.keys() == uploads.keys() and all(lm._session._uploads[k] is v for k, v in uploads.items())
-    logits_bytes = BATCH * lm.vocab_size * 4
-    assert read_back == [logits_bytes] * 6  # per step only the logits come back, never the cache
+    assert read_back == [BATCH * 8] * 6  # per step only the greedy token ids come back: no logits, never the cache
+    read_back.clear()
+    monkeypatch.setattr(lm, "device_greedy", False)  # through the host: per step the logits come back
+    lm.generate(ids, max_new_tokens=6)
+    assert read_back == [BATCH * lm.vocab_size * 4] * 6
     monkeypatch.undo()
     # the functions wrote the cache in place: it holds the keys transformers computes
     with torch.no_grad():
@@ -402,7 +420,8 @@ def test_cli_generate(compiled_lm, tmp_path, capsys):
     path = tmp_path / "lm.cuvilpkg"
     lm.save(path)
     assert main(["inspect", str(path)]) == 0
-    assert "causal lm:   functions prefill_first, prefill, decode; batch 2, max_seq_len 80, prefill_len 8" in capsys.readouterr().out
+    assert ("causal lm:   functions prefill_first, prefill, decode; batch 2, max_seq_len 80, prefill_len 8; steps return "
+            "logits, next_token, next_position (greedy tokens on the device)") in capsys.readouterr().out
     assert main(["generate", str(path), "--prompt-ids", "1,2,3;4,5,6", "--max-new-tokens", "5", "--no-progress"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-3].endswith("prefill: prefill_first@0")
