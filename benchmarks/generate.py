@@ -55,7 +55,9 @@ def entries(model, batch, context, new_tokens, args):
                                           prefill_len=min(args.prefill_len, context), target=args.target)
         info["cuvil_compile_s"] = round(time.perf_counter() - start, 1)
         info["cuvil_vmfb_bytes"] = len(lm.modules[0].vmfb)
-        out["cuvil"] = lambda ids, n: lm.generate(ids, max_new_tokens=n)
+        out["cuvil"] = cuvil_generate(lm, lm.device_greedy)
+        if lm.device_greedy:  # the same module, each greedy token read back, chosen on the host and uploaded (A/B)
+            out["cuvil_host_loop"] = cuvil_generate(lm, False)
     model = model.to(dev)
     if "eager" in args.backends:
         out["hf_eager"] = lambda ids, n: model.generate(ids.to(dev), attention_mask=torch.ones_like(ids, device=dev),
@@ -80,6 +82,15 @@ def entries(model, batch, context, new_tokens, args):
         except Exception as e:  # recorded, not fatal
             info["hf_compile_static"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
     return out, info
+
+
+def cuvil_generate(lm, device_greedy: bool):
+    """generate(ids, n) of ``lm``, its greedy tokens passed between the steps on the device
+    (``device_greedy``, CausalLM's default) or through the host."""
+    def generate(ids, n):
+        lm.device_greedy = device_greedy
+        return lm.generate(ids, max_new_tokens=n)
+    return generate
 
 
 def run_case(model, batch, context, args):

@@ -103,7 +103,7 @@ class CausalLM(CompiledModel):
         if not do_sample and self.device_greedy:
             tokens = self._greedy_on_device(prompt, max_new_tokens)
         else:
-            tokens = self._tokens_through_host(prompt, max_new_tokens,
+            tokens = self._tokens_through_host(prompt, rows, pad, max_new_tokens,
                                                lambda logits: _choose(logits, do_sample, temperature, top_k, top_p, generator))
         for token in tokens:
             token = torch.where(finished, torch.full_like(token, pad), token)
@@ -160,12 +160,17 @@ class CausalLM(CompiledModel):
             padded[row, :tokens.shape[0]] = tokens
         return torch.cat([ids, padded], dim=1)
 
-    def _tokens_through_host(self, prompt, max_new_tokens: int, choose):
-        """The next token of every row ([batch] int64, torch) per step, ``choose``\ n from the
-        logits read back to the host; each is uploaded to the next decode call."""
+    def _tokens_through_host(self, prompt, rows: int, pad: int, max_new_tokens: int, choose):
+        """The next token of every row ([batch] int64, torch) per step: for the first ``rows``
+        chosen by ``choose`` from the logits read back to the host, ``pad`` for the free rows;
+        each step's tokens are uploaded to the next decode call."""
+        import torch
+
         logits = self.prefill(prompt)
         for step in range(max_new_tokens):
-            token = choose(logits)
+            token = choose(logits[:rows])
+            if rows < self.batch:
+                token = torch.cat([token, torch.full((self.batch - rows,), pad, dtype=token.dtype)])
             yield token
             if step + 1 < max_new_tokens:
                 logits = self.decode(token[:, None], prompt.shape[1] + step)
