@@ -296,20 +296,20 @@ def _step_results(logits, next_position):
     token goes to. A greedy generate feeds the last two to the next decode call as they are, on
     the device (runtime/generation.py).
 
-    The choice is the first maximum, as torch's argmax, written as two plain reductions: the
-    maximum, then the least int32 index that holds it. IREE's CUDA codegen gave the one-pass
-    argmax (value and index carried together), fused after a 32000-wide lm_head, 128 KB of
-    shared memory, past sm_89's 99 KB ("uses 128004 bytes of shared memory"), and failed to
-    distribute the int64 min reduction ("failed to distribute"). A row of NaNs picks the last
-    token."""
+    The choice is the first maximum, as torch's argmax, taken in two steps: the maximum and its
+    first index in each run of 128 logits, then the first run holding the largest maximum. IREE
+    3.13's CUDA codegen gave the one-pass argmax over a 32000-wide row, fused after Llama-1B's
+    lm_head, 128 KB of shared memory (past sm_89's 99 KB), and compiled the max-then-least-index
+    form to -1 on the H100 (docs/known-issues.md); this form was checked there against torch."""
     import torch
 
     logits = logits.float()
-    vocab = logits.shape[-1]
-    best = logits.amax(-1, keepdim=True)
-    index = torch.arange(vocab, dtype=torch.int32)
-    token = torch.where(logits == best, index, vocab).amin(-1, keepdim=True).clamp_max(vocab - 1).long()
-    return logits, token, next_position
+    batch, vocab = logits.shape
+    run = 128
+    padded = torch.nn.functional.pad(logits, (0, (-vocab) % run), value=float("-inf"))
+    best, first = padded.view(batch, -1, run).max(-1)
+    which = best.argmax(-1, keepdim=True)
+    return logits, which * run + first.gather(1, which), next_position
 
 
 def _step_classes():

@@ -637,3 +637,18 @@ def test_model_without_a_4d_mask_path_is_a_clear_error():
     model = transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=512, hidden_size=64, n_layer=2, n_head=4)).eval()
     with pytest.raises(ImportError_, match=r"BloomForCausalLM: its prefill/decode step could not be exported: .*4-D attention mask"):
         cuvil_mlir.compile_causal_lm(model, max_seq_len=48, batch=2, prefill_len=8)
+
+
+def test_step_greedy_token_is_torch_argmax():
+    """The steps' next_token (two-step argmax over runs of 128 logits) is torch's argmax, the
+    first maximum on ties, for vocabularies that are and are not a multiple of the run."""
+    from cuvil_mlir.compiler.causal_lm import _step_results
+
+    g = torch.Generator().manual_seed(0)
+    for vocab in (7, 128, 130, 32000, 50257):
+        logits = torch.randint(-3, 4, (5, vocab), generator=g).to(torch.float16)  # many ties
+        logits[4] = 0  # all equal: the first index
+        got, token, position = _step_results(logits, torch.tensor([9]))
+        assert got.dtype == torch.float32 and token.dtype == torch.int64 and token.shape == (5, 1)
+        assert torch.equal(token[:, 0], logits.float().argmax(-1)), vocab
+        assert int(token[4]) == 0 and int(position) == 9
