@@ -21,7 +21,8 @@ there is the model the packages were compiled from here.
      prefill ms    t(generate 1 new token): the prompt's forward, one token chosen
      decode tok/s  batch * (N - 1) / (t(generate N) - t(generate 1))
    timed with CUDA synchronisation, medians over interleaved rounds, same prompts, for cuvil
-   (the package's first target that loads: Hopper kernels; and the plain cuda:h200 module) and
+   (the package's first target that loads: Hopper kernels; the same module with each greedy
+   token through the host, ``cuvil_host_loop``; and the plain cuda:h200 module) and
    HF generate eager (dynamic cache) and with a static cache (cache_implementation="static", which
    HF generate compiles with torch.compile, mode reduce-overhead: CUDA graphs). The prompt is one
    prefill chunk at position 0: a package with ``prefill_first`` (causal attention over the
