@@ -204,9 +204,7 @@ class CausalLM(CompiledModel):
                 yield token
         finally:
             if queued:
-                import iree.runtime as rt
-
-                rt.HalFence.create_at(timeline, queued).wait()
+                session.wait(timeline, queued)
 
     def prefill(self, input_ids):
         """Fill the cache with the prompt ``input_ids`` ([batch, L], L <= max_seq_len);

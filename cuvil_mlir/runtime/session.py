@@ -213,6 +213,15 @@ class Session:
         """A new timeline semaphore at 0 for ``invoke_async``'s waits and signals."""
         return self._device.create_semaphore(0)
 
+    def wait(self, timeline, value: int) -> None:
+        """Block until ``timeline`` (from ``timeline()``) reaches ``value``."""
+        import iree.runtime as rt
+
+        try:
+            rt.HalFence.create_at(timeline, value).wait()
+        except Exception as e:
+            raise RuntimeFailure(f"waiting for the device on driver '{self.driver}' failed: {one_line(e)}") from e
+
     def invoke_async(self, function: str, args: list, *, wait: tuple, signal: tuple) -> list:
         """Queue ``function`` (its IREE ``<function>$async`` form, coarse fences) on device
         buffers ``args``, after the device reaches ``wait`` (a (semaphore, value)); it signals
