@@ -204,10 +204,7 @@ class Session:
         """Device buffers (results of ``invoke_resident`` or ``invoke_async``) as numpy arrays;
         ``after``: a (semaphore, value) the copies wait for on the device's queue (an
         ``invoke_async`` whose results these are)."""
-        try:
-            return self._to_host(views, after)
-        except Exception as e:
-            raise RuntimeFailure(f"reading results back from driver '{self.driver}' failed: {one_line(e)}") from e
+        return self._to_host(views, after)
 
     def timeline(self):
         """A new timeline semaphore at 0 for ``invoke_async``'s waits and signals."""
@@ -381,7 +378,16 @@ class Session:
         arrays that own their memory. Between the two the device may take more work: a read
         queued before the next call runs before it. Copies go through host-visible staging
         buffers, chained and waited on once; the staging buffers are kept for later reads
-        (allocating pinned host memory costs more than the copy)."""
+        (allocating pinned host memory costs more than the copy). Errors, queueing or waiting,
+        are a RuntimeFailure."""
+        try:
+            return self._queue_read(views, after)
+        except RuntimeFailure:
+            raise
+        except Exception as e:
+            raise RuntimeFailure(f"reading results back from driver '{self.driver}' failed: {one_line(e)}") from e
+
+    def _queue_read(self, views, after):
         import iree.runtime as rt
 
         device = self._device

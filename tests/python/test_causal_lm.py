@@ -108,7 +108,8 @@ def test_padding_after_the_prompt_does_not_change_it(compiled_lm):
     outs = []
     for pads in (np.zeros((BATCH, CHUNK - 5)), np.random.default_rng(1).integers(0, 8192, (BATCH, CHUNK - 5))):
         piece = np.ascontiguousarray(np.concatenate([ids, pads], axis=1).astype(np.int64))
-        logits = lm._session.to_host(lm._run_step("prefill_first", [piece, np.array([4], np.int64)])[:1])[0]
+        views = lm._run_step("prefill_first", [piece, np.array([4], np.int64)])  # selects the session first
+        logits = lm._session.to_host(views[:1])[0]
         steps = [lm.decode(torch.tensor([[7 + i]] * BATCH), 5 + i).numpy() for i in range(4)]
         outs.append([logits, *steps])
     for a, b in zip(*outs):
