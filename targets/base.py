@@ -97,6 +97,12 @@ class Target:
     def iree_flags(self) -> list[str]:
         raise NotImplementedError
 
+    def relaxed(self) -> list["Target"]:
+        """The same target without an optional optimization IREE may fail on, to compile with
+        when every lowering failed (before lower optimization levels are tried; the pipeline
+        warns which one it used); none by default."""
+        return []
+
     def peak(self) -> dict | None:
         """The device's datasheet peaks, ``{"tflops": {dtype: dense TFLOP/s}, "gbs": memory GB/s}``,
         for the profiler's share-of-peak columns; None where the target names no product."""

@@ -311,29 +311,46 @@ class OptLevelFallbackWarning(UserWarning):
     """IREE failed at the asked optimization level and the module was compiled at a lower one."""
 
 
+class RelaxedTargetWarning(UserWarning):
+    """IREE failed with one of the target's optional optimizations (Target.relaxed: the CPU's
+    data tiling) and the module was compiled without it."""
+
+
 def _compile_for_target(target, imported: bytes, ctx, options: Options, emit, elide_weights, entry: str = "main"):
-    """``_compile_variants``; when IREE fails at every variant, retry at lower optimization
-    levels: some IREE codegen paths fail only at O2/O3 (max_pool2d with indices on the CPU:
-    "write affecting operations on global resources are restricted to workgroup distributed
-    contexts"), and a slower module beats no module. The flags used are recorded per module."""
+    """``_compile_variants``; when IREE fails at every variant, retry with the target relaxed
+    (``Target.relaxed()``: without data tiling on the CPU), then at lower optimization levels
+    (each relaxed too): some IREE codegen paths fail only at O2/O3 (max_pool2d with indices on
+    the CPU: "write affecting operations on global resources are restricted to workgroup
+    distributed contexts"), and a slower module beats no module. The module keeps the target's
+    name; the flags it was compiled with are recorded in it."""
     try:
         return _compile_variants(target, imported, ctx, options, emit, elide_weights, entry)
     except CompileError as e:
-        for level in (lvl for lvl in (1, 0) if lvl < target.opt_level):
+        first = e
+    for level in (target.opt_level, *(lvl for lvl in (1, 0) if lvl < target.opt_level)):
+        at_level = dataclasses.replace(target, opt_level=level)
+        for candidate in ([] if level == target.opt_level else [at_level]) + at_level.relaxed():
             try:
-                built = _compile_variants(dataclasses.replace(target, opt_level=level), imported, ctx, options, emit, elide_weights, entry)
+                built = _compile_variants(candidate, imported, ctx, options, emit, elide_weights, entry, spec=target.spec)
             except CompileError:
                 continue
-            warnings.warn(f"target '{target.spec}': IREE failed at O{target.opt_level} ({e.message}); compiled at O{level}",
-                          OptLevelFallbackWarning, stacklevel=3)
+            if level < target.opt_level:
+                how = f"compiled at O{level}" + (f" as {candidate.spec}" if candidate.spec != target.spec else "")
+                warnings.warn(f"target '{target.spec}': IREE failed at O{target.opt_level} ({first.message}); {how}",
+                              OptLevelFallbackWarning, stacklevel=3)
+            else:
+                warnings.warn(f"target '{target.spec}': IREE failed ({first.message}); compiled as {candidate.spec}",
+                              RelaxedTargetWarning, stacklevel=3)
             return built
-        raise
+    raise first
 
 
-def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elide_weights, entry: str = "main"):
+def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elide_weights, entry: str = "main",
+                      spec: str | None = None):
     """Run the target's stages and IREE; on an IREE failure retry with the target's
     fallback stage lists (skipping any that lower to the same IR). ``entry``: the function
-    whose signature the package records."""
+    whose signature the package records; ``spec``: the target name the module records
+    (default: the target's own)."""
     failures: list[tuple[tuple, CompileError]] = []
     tried: set[bytes] = set()
     for stages in target.variants():
@@ -369,7 +386,7 @@ def _compile_variants(target, imported: bytes, ctx, options: Options, emit, elid
         passes = tuple(p for _, specs in stages for p in specs)
         fired_json = {name: dict(c) for name, c in fired.items() if c}
         sites = {name: {p: dict(where) for p, where in getattr(c, "sites", {}).items()} for name, c in fired.items() if c}
-        module = PackagedModule(target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements())
+        module = PackagedModule(spec or target.spec, target.driver, tuple(flags), vmfb, passes, fired_json, target.requirements())
         return _Built(module, fired_json, seconds, sites, signature, dispatches, kernels, used)
     raise _all_failed(target, failures)
 

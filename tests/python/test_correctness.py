@@ -156,6 +156,22 @@ def test_max_pool_with_indices_compiles_at_a_lower_level_when_o3_fails():
     assert "--iree-opt-level=O1" in compiled.modules[0].iree_flags
 
 
+def test_a_cpu_module_iree_rejects_with_data_tiling_compiles_without_it(monkeypatch):
+    # real IREE, made to fail only with data tiling on (an unknown flag beside it): the pipeline
+    # compiles the module again without, warns, keeps the target's name and records the flags
+    from cuvil_mlir.compiler.pipeline import RelaxedTargetWarning
+    from cuvil_mlir.targets.cpu import CpuTarget
+
+    flags = CpuTarget.iree_flags
+    monkeypatch.setattr(CpuTarget, "iree_flags",
+                        lambda self: flags(self) + (["--no-such-data-tiling-flag"] if self.data_tiling else []))
+    x = torch.randn(4, 8)
+    with pytest.warns(RelaxedTargetWarning, match=r"compiled as cpu:host\{data-tiling=false\}"):
+        compiled = cuvil_mlir.compile(Fn(lambda m, x: x @ x.T + 1), (x,))
+    torch.testing.assert_close(compiled(x), x @ x.T + 1)
+    assert compiled.target == "cpu" and "--iree-global-opt-data-tiling" not in compiled.modules[0].iree_flags
+
+
 def test_random_ints_with_a_dtype_compile_and_stay_in_range():
     compiled = cuvil_mlir.compile(Fn(lambda m, x: torch.randint(3, 8, (3, 4), dtype=torch.int32) + x), (torch.zeros(3, 4, dtype=torch.int32),))
     out = compiled(torch.zeros(3, 4, dtype=torch.int32))

@@ -80,6 +80,13 @@ def test_options_parse_and_round_trip():
     assert cpu.stack_allocation_limit == 524288 and parse_target(cpu.spec) == cpu
 
 
+def test_cpu_data_tiling_is_on_by_default_and_an_option():
+    on, off = parse_target("cpu"), parse_target("cpu{data-tiling=false}")
+    assert "--iree-global-opt-data-tiling" in on.iree_flags() and off.spec == "cpu:host{data-tiling=false}"
+    assert not any("data-tiling" in f for f in off.iree_flags())
+    assert on.relaxed() == [off] and off.relaxed() == [] and on.cache_key() != off.cache_key()
+
+
 def test_parse_targets_keeps_options_whole():
     specs = [t.spec for t in parse_targets("cuda:h200{hopper-mode=target-description},vulkan,cpu")]
     assert specs == ["cuda:h200{hopper-mode=target-description}", "vulkan", "cpu"]
@@ -177,7 +184,7 @@ def test_describe_targets():
         assert set(d["aliases"].values()) <= set(d["archs"])
     assert described["cuda"]["options"] == {"hopper-mode": ["ptx-jit", "target-description"], "kernels": ["auto", "off"]}
     assert described["cuda"]["aliases"]["h200"] == "sm_90" and described["rocm"]["aliases"]["mi300x"] == "gfx942"
-    assert described["cpu"]["options"] == {"stack-allocation-limit": [262144]}
+    assert described["cpu"]["options"] == {"stack-allocation-limit": [262144], "data-tiling": [True]}
 
 
 @pytest.mark.parametrize("spec, expected", [
