@@ -505,6 +505,10 @@ def _op_flops(op) -> int:
     shapes = [t[0] if t else None for t in (_tensor(v.type) for v in op.operands)]
     if op.name == "linalg.softmax" and shapes and shapes[0] is not None:
         return 5 * _prod(shapes[0])
+    if op.name in ("linalg.mmt4d", "linalg.batch_mmt4d") and len(shapes) >= 2 and shapes[0] and shapes[1]:
+        # data-tiled matmul (the CPU's data tiling): lhs [(B,) M1, K1, M0, K0], rhs [(B,) N1, K1,
+        # N0, K0]; 2 per point of the padded tiles
+        return 2 * _prod(shapes[0]) * shapes[1][-4] * shapes[1][-2]
     if "indexing_maps" not in op.attributes:
         return 0
     maps = [_map_dims(str(m)) for m in op.attributes["indexing_maps"]]

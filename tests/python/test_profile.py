@@ -21,7 +21,7 @@ from cuvil_mlir.targets import iree, parse_target
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 
-CPU_FLAGS = parse_target("cpu").iree_flags()
+CPU_FLAGS = parse_target("cpu{data-tiling=false}").iree_flags()  # one dispatch per op (no pack / unpack)
 
 MATMUL = """
 func.func @main(%a: tensor<64x32xf32>, %b: tensor<32x16xf32>) -> tensor<64x16xf32> {
@@ -42,6 +42,15 @@ def test_dispatch_sites_count_matmul_flops_and_bytes():
     assert s["flops"] == 2 * 64 * 32 * 16  # a mul and an add per point of the 64x16x32 nest
     assert s["bytes"] == (64 * 32 + 32 * 16 + 64 * 16) * 4
     assert s["reads"] == [[[64, 32], "f32"], [[32, 16], "f32"]] and s["writes"] == [[[64, 16], "f32"]]
+
+
+def test_dispatch_sites_count_data_tiled_matmul_flops():
+    # the cpu target's default: the matmul runs as mmt4d on packed operands (sizes that fill
+    # whole tiles on any x86 tile shape), the packing in dispatches of their own
+    sites = iree.dispatch_sites(MATMUL.encode(), parse_target("cpu").iree_flags(), input_type="auto")
+    (mm,) = [s for s in sites if "mmt4d" in s["key"]]
+    assert mm["flops"] == 2 * 64 * 32 * 16
+    assert sum(s["flops"] for s in sites) == mm["flops"]
 
 
 def test_dispatch_sites_elementwise_has_no_reduction_flops():
@@ -152,12 +161,12 @@ def mlp_profile():
 def test_profile_mlp_on_cpu_end_to_end(mlp_profile):
     prof = mlp_profile
     assert prof["schema"] == "cuvil-profile" and prof["driver"] == "local-task" and prof["profiling_mode"] == "host-execution"
-    rows = {r["module_paths"][0]: r for r in prof["rows"] if r["module_paths"]}
-    # every Linear got its own matmul dispatch, named after its module, with the Cuvil op behind it
+    # every Linear got its own matmul dispatch (data-tiled on the CPU: mmt4d, beside the
+    # dispatches that pack and unpack its operands), named after its module, with the Cuvil op behind it
+    rows = {r["module_paths"][0]: r for r in prof["rows"] if r["module_paths"] and r["kind"].startswith(("matmul", "mmt4d"))}
     assert {"fc1", "fc2", "fc3"} <= set(rows)
     for name, (m, n, k) in {"fc1": (8, 256, 64), "fc2": (8, 256, 256), "fc3": (8, 32, 256)}.items():
         r = rows[name]
-        assert r["kind"].startswith("matmul"), r
         assert "cuvil.linear" in r["cuvil_ops"]
         assert r["flops"] >= 2 * m * n * k  # the matmul, plus its epilogue
         assert r["time_us"] > 0 and r["calls"] == 1
