@@ -56,8 +56,14 @@ def entries(model, batch, context, new_tokens, args):
         info["cuvil_compile_s"] = round(time.perf_counter() - start, 1)
         info["cuvil_vmfb_bytes"] = len(lm.modules[0].vmfb)
         out["cuvil"] = cuvil_generate(lm, lm.device_greedy)
-        if lm.device_greedy:  # the same module, each greedy token read back, chosen on the host and uploaded (A/B)
-            out["cuvil_host_loop"] = cuvil_generate(lm, False)
+        if lm.device_greedy and "host_loop" in args.backends:  # the same module, each greedy token read back,
+            out["cuvil_host_loop"] = cuvil_generate(lm, False)  # chosen on the host and uploaded (A/B)
+    if "baseline" in args.backends:  # the same model compiled for --baseline-target (A/B of a target option)
+        start = time.perf_counter()
+        base = cuvil_mlir.compile_causal_lm(model.cpu(), max_seq_len=context + new_tokens, batch=batch,
+                                            prefill_len=min(args.prefill_len, context), target=args.baseline_target)
+        info["cuvil_baseline_compile_s"] = round(time.perf_counter() - start, 1)
+        out["cuvil_baseline"] = cuvil_generate(base, base.device_greedy)
     model = model.to(dev)
     if "eager" in args.backends:
         out["hf_eager"] = lambda ids, n: model.generate(ids.to(dev), attention_mask=torch.ones_like(ids, device=dev),
@@ -152,7 +158,10 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--prefill-len", type=int, default=128)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--backends", default="cuvil,eager,compile")
+    p.add_argument("--backends", default="cuvil,host_loop,eager,compile",
+                   help="of cuvil, host_loop (the cuvil module with each token through the host), baseline "
+                        "(cuvil compiled for --baseline-target), eager, compile")
+    p.add_argument("--baseline-target", default="cpu{data-tiling=false}", help="the target of the baseline entry")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode (default: its default; reduce-overhead on a GPU)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--target", default="cpu")
