@@ -14,8 +14,9 @@ from .base import Target, decomposed_attention
 _STACK_LIMIT = 262144
 
 # IREE's CPU attention kernel is far slower than attention written out (targets/base.py);
-# linears' out features padded to whole AVX-512 vectors of f32 (lower_cuvil_to_torch.linear)
-STAGES, FALLBACKS = decomposed_attention("pad_rows=16")
+# linears' out features padded to whole AVX-512 vectors of f32, their inputs flattened to 2-D
+# (no broadcast weight for data tiling to pack; lower_cuvil_to_torch.linear)
+STAGES, FALLBACKS = decomposed_attention("pad_rows=16 flatten=true")
 
 _CPU_NAME = re.compile(r"^[a-z0-9][a-z0-9_.+-]*$")
 

@@ -31,10 +31,11 @@ NAME = "lower-cuvil-to-torch"
 @dataclass(frozen=True)
 class LowerCuvilToTorchOptions:
     """``attention``: how ``cuvil.attention`` is lowered (one sdpa op, or matmul/softmax/matmul).
-    ``pad_rows``: see ``linear``."""
+    ``pad_rows``, ``flatten``: see ``linear``."""
 
     attention: Literal["sdpa", "decomposed"] = "sdpa"
     pad_rows: int = 0  # a linear's out features (from PAD_FROM_ROWS on) padded to a multiple of this (0: never)
+    flatten: bool = False  # a linear's input of rank > 2 viewed as [rows, K] (see ``linear``)
 
 
 def _or_none(value):
@@ -78,19 +79,38 @@ def linear(op, rewriter, options):
     of it get zero rows of weight (and bias) appended, ``aten.constant_pad_nd`` of the constant,
     which IREE evaluates once (at compile time, or at load time for an external parameter), and
     the result is sliced back to F. llvm-cpu's matrix-vector code for a ragged F is much slower:
-    GPT-2's lm_head (50257 x 768, f32) took 15.0 ms a call, 9.3 ms padded to 50272 (2 cores, AVX-512)."""
+    GPT-2's lm_head (50257 x 768, f32) took 15.0 ms a call, 9.3 ms padded to 50272 (2 cores, AVX-512).
+
+    ``flatten`` (a target's choice): an input of rank > 2 is viewed as [rows, K] and the result
+    viewed back. torch-mlir lowers a 3-D aten.linear to a batch matmul against the weight
+    broadcast over the batch; with the CPU's data tiling IREE materializes and packs that
+    broadcast weight on every call (GPT-2's lm_head at batch 8: 8 x 768 x 50272 floats, 0.57 s a
+    decode step)."""
+    x, result = info(op.input), info(op.result)
+    flat = options.flatten and x.rank > 2 and sum(d < 0 for d in x.shape[:-1]) <= 1
+    if not flat:
+        return _linear(op, op.input, list(result.shape), options)
+    rows = _rows(x)
+    x2 = build("torch.aten.view", [op.input, torch_int_list([rows, x.shape[-1]])], vtensor_type([rows, x.shape[-1]], x.dtype))
+    y = _linear(op, x2, [rows, result.shape[-1]], options)
+    return build("torch.aten.view", [y, torch_int_list([d if d >= 0 else -1 for d in x.shape[:-1]] + [result.shape[-1]])], op.result.type)
+
+
+def _linear(op, x, shape: list, options):
+    """The linear of ``op`` on input ``x`` (op's, or its rows flattened), a result of ``shape``."""
+    dtype = info(op.result).dtype
     activation = cuvil.activation_of(op)
     if activation in cuvil.GATED_ACTIVATIONS:
-        return _gated_linear(op, cuvil.GATED_ACTIVATIONS[activation])
-    weight, bias, result = _out_major(op.weight), op.bias, info(op.result)
+        return _gated_linear(op, x, shape, cuvil.GATED_ACTIVATIONS[activation])
+    weight, bias = _out_major(op.weight), op.bias
     rows = info(weight).shape[0]
     pad = -rows % options.pad_rows if options.pad_rows and rows >= PAD_FROM_ROWS else 0
     if pad:
         weight, bias = _pad_first_dim(weight, pad), None if bias is None else _pad_first_dim(bias, pad)
-    y = build("torch.aten.linear", [op.input, weight, _or_none(bias)], vtensor_type([*result.shape[:-1], rows + pad], result.dtype))
+    y = build("torch.aten.linear", [x, weight, _or_none(bias)], vtensor_type([*shape[:-1], rows + pad], dtype))
     if pad:
-        last = torch_int(len(result.shape) - 1)
-        y = build("torch.aten.slice.Tensor", [y, last, torch_int(0), torch_int(rows), torch_int(1)], op.result.type)
+        last = torch_int(len(shape) - 1)
+        y = build("torch.aten.slice.Tensor", [y, last, torch_int(0), torch_int(rows), torch_int(1)], vtensor_type(shape, dtype))
     return _activation(y, activation)
 
 
@@ -115,15 +135,15 @@ def _out_major(weight):
     return literal(np.ascontiguousarray(array), dtype=info(weight).dtype, recipe=constant_recipe(weight))
 
 
-def _gated_linear(op, gate_activation: str):
+def _gated_linear(op, x, shape: list, gate_activation: str):
     """One aten.linear with 2F out features, then gate_activation(first half) * second half."""
-    t = info(op.result)
-    features, last = info(op.weight).shape[0] // 2, t.rank - 1
-    y = build("torch.aten.linear", [op.input, op.weight, _or_none(op.bias)], vtensor_type([*t.shape[:-1], 2 * features], t.dtype))
-    half = vtensor_type([*t.shape[:-1], features], t.dtype)
+    dtype = info(op.result).dtype
+    features, last = info(op.weight).shape[0] // 2, len(shape) - 1
+    y = build("torch.aten.linear", [x, op.weight, _or_none(op.bias)], vtensor_type([*shape[:-1], 2 * features], dtype))
+    half = vtensor_type([*shape[:-1], features], dtype)
     gate = build("torch.aten.slice.Tensor", [y, torch_int(last), torch_int(0), torch_int(features), torch_int(1)], half)
     up = build("torch.aten.slice.Tensor", [y, torch_int(last), torch_int(features), torch_int(2 * features), torch_int(1)], half)
-    return build("torch.aten.mul.Tensor", [_activation(gate, gate_activation), up], op.result.type)
+    return build("torch.aten.mul.Tensor", [_activation(gate, gate_activation), up], half)
 
 
 def conv2d(op, rewriter):

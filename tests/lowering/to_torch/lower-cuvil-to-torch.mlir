@@ -1,6 +1,7 @@
 // RUN: cuvil-opt %s -p lower-cuvil-to-torch --split-input-file | FileCheck %s
 // RUN: cuvil-opt %s -p 'lower-cuvil-to-torch{attention=decomposed}' --split-input-file | FileCheck %s --check-prefix=DECOMP
 // RUN: cuvil-opt %s -p 'lower-cuvil-to-torch{pad_rows=16}' --split-input-file | FileCheck %s --check-prefix=ROWS
+// RUN: cuvil-opt %s -p 'lower-cuvil-to-torch{flatten=true}' --split-input-file | FileCheck %s --check-prefix=FLAT
 
 // Every Cuvil op becomes torch ops that IREE's torch input pipeline compiles; no cuvil op is left.
 
@@ -48,6 +49,38 @@ func.func @linear_ragged_rows(%x: !torch.vtensor<[2,5,4],f32>, %w: !torch.vtenso
   return %0, %1 : !torch.vtensor<[2,5,1030],f32>, !torch.vtensor<[2,5,1000],f32>
 }
 
+// -----
+
+// flatten=true (the cpu target): an input of rank > 2 is viewed as [rows, K], the linear (and a
+// gated linear's halves) computed on rows, the result viewed back; a 2-D input stays as it is.
+// With a dynamic leading dim the rows are -1.
+// FLAT-LABEL: func.func @linear_2d_stays
+// FLAT-NOT:     torch.aten.view
+// FLAT-LABEL: func.func @linear_flattened
+// FLAT:         %[[X2:[0-9]+]] = torch.aten.view %{{.+}}, %{{.+}} : !torch.vtensor<[2,5,4],f32>, !torch.list<int> -> !torch.vtensor<[10,4],f32>
+// FLAT:         %[[Y:[0-9]+]] = torch.aten.linear %[[X2]], {{.*}} -> !torch.vtensor<[10,3],f32>
+// FLAT:         %[[A:[0-9]+]] = torch.aten.relu %[[Y]] : !torch.vtensor<[10,3],f32>
+// FLAT:         torch.aten.view %[[A]], {{.*}} -> !torch.vtensor<[2,5,3],f32>
+// FLAT:         %[[G:[0-9]+]] = torch.aten.linear {{.*}} -> !torch.vtensor<[10,6],f32>
+// FLAT:         torch.aten.mul.Tensor {{.*}} -> !torch.vtensor<[10,3],f32>
+// FLAT:         torch.aten.view {{.*}} -> !torch.vtensor<[2,5,3],f32>
+// FLAT-LABEL: func.func @linear_flattened_dynamic
+// FLAT:         torch.aten.view {{.*}} -> !torch.vtensor<[?,4],f32>
+// FLAT:         torch.aten.linear {{.*}} -> !torch.vtensor<[?,3],f32>
+// FLAT:         torch.aten.view {{.*}} -> !torch.vtensor<[1,?,3],f32>
+func.func @linear_2d_stays(%x: !torch.vtensor<[2,4],f32>, %w: !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,3],f32> {
+  %0 = "cuvil.linear"(%x, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,3],f32>
+  return %0 : !torch.vtensor<[2,3],f32>
+}
+func.func @linear_flattened(%x: !torch.vtensor<[2,5,4],f32>, %w: !torch.vtensor<[3,4],f32>, %wg: !torch.vtensor<[6,4],f32>) -> (!torch.vtensor<[2,5,3],f32>, !torch.vtensor<[2,5,3],f32>) {
+  %0 = "cuvil.linear"(%x, %w) {activation = "relu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,5,4],f32>, !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[2,5,3],f32>
+  %1 = "cuvil.linear"(%x, %wg) {activation = "swiglu", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[2,5,4],f32>, !torch.vtensor<[6,4],f32>) -> !torch.vtensor<[2,5,3],f32>
+  return %0, %1 : !torch.vtensor<[2,5,3],f32>, !torch.vtensor<[2,5,3],f32>
+}
+func.func @linear_flattened_dynamic(%x: !torch.vtensor<[1,?,4],f32>, %w: !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[1,?,3],f32> {
+  %0 = "cuvil.linear"(%x, %w) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (!torch.vtensor<[1,?,4],f32>, !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[1,?,3],f32>
+  return %0 : !torch.vtensor<[1,?,3],f32>
+}
 // -----
 
 // A weight that is the transpose of a constant ([in, out], GPT-2's Conv1D) becomes a constant
