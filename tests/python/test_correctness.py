@@ -172,6 +172,16 @@ def test_a_cpu_module_iree_rejects_with_data_tiling_compiles_without_it(monkeypa
     assert compiled.target == "cpu" and "--iree-global-opt-data-tiling" not in compiled.modules[0].iree_flags
 
 
+def test_plain_iree_baseline_compiles_without_the_cpu_data_tiling():
+    # the baseline is torch-mlir + IREE as IREE ships: data tiling is cuvil's choice, not IREE's default
+    from cuvil_mlir.compiler.pipeline import Options, compile_plain_iree
+
+    x = torch.randn(4, 8)
+    plain = compile_plain_iree(Fn(lambda m, x: x @ x.T), (x,), Options(target="cpu"))
+    torch.testing.assert_close(plain(x), x @ x.T)
+    assert not any("data-tiling" in f for f in plain.modules[0].iree_flags)
+
+
 def test_random_ints_with_a_dtype_compile_and_stay_in_range():
     compiled = cuvil_mlir.compile(Fn(lambda m, x: torch.randint(3, 8, (3, 4), dtype=torch.int32) + x), (torch.zeros(3, 4, dtype=torch.int32),))
     out = compiled(torch.zeros(3, 4, dtype=torch.int32))
