@@ -164,7 +164,7 @@ def compile_plain_iree(model, args=(), options: Options | None = None) -> Compil
     built = []
     for target in targets:
         start = time.perf_counter()
-        flags = ([*target.relaxed(), target][0]).iree_flags()
+        flags = next(iter(target.relaxed()), target).iree_flags()  # without our optional optimizations
         vmfb = iree.compile_to_vmfb(module, flags)
         seconds = {"iree-compile": round(time.perf_counter() - start, 4)}
         built.append(_Built(PackagedModule(target.spec, target.driver, tuple(flags), vmfb, (), {}, target.requirements()), {}, seconds))
