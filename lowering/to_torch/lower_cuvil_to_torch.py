@@ -90,10 +90,8 @@ def linear(op, rewriter, options):
     flat = options.flatten and x.rank > 2 and sum(d < 0 for d in x.shape[:-1]) <= 1
     if not flat:
         return _linear(op, op.input, list(result.shape), options)
-    rows = _rows(x)
-    x2 = build("torch.aten.view", [op.input, torch_int_list([rows, x.shape[-1]])], vtensor_type([rows, x.shape[-1]], x.dtype))
-    y = _linear(op, x2, [rows, result.shape[-1]], options)
-    return build("torch.aten.view", [y, torch_int_list([d if d >= 0 else -1 for d in x.shape[:-1]] + [result.shape[-1]])], op.result.type)
+    y = _linear(op, _as_rows(op.input), [_rows(x), result.shape[-1]], options)
+    return _from_rows(y, x, op.result.type)
 
 
 def _linear(op, x, shape: list, options):
@@ -357,11 +355,10 @@ def _rescale(acc, op, shape_of_scale):
 def qlinear(op, rewriter):
     """cuvil.qlinear(x, Wq, ws, b) -> act((_int_mm(quant(x), Wqᵀ) - zp·Σₖ Wq) · sx·ws + b)"""
     x, w = info(op.input), info(op.weight)
-    n, k = w.shape
+    n = w.shape[0]
     zero_point = ir.IntegerAttr(op.attributes["input_zero_point"]).value
-    rows = [-1, k]
     q = _quantize_input(op.input, ir.FloatAttr(op.attributes["input_scale"]).value, zero_point)
-    q = build("torch.aten.view", [q, torch_int_list(rows)], vtensor_type([_rows(x), k], "si8")) if x.rank != 2 else q
+    q = _as_rows(q) if x.rank != 2 else q
     acc = build("torch.aten._int_mm", [q, transpose_2d(op.weight)], vtensor_type([_rows(x), n], "si32"))
     acc = convert(acc, "f32")
     if zero_point:  # sum_k (q - zp) w = sum_k q w - zp * sum_k w
@@ -371,7 +368,7 @@ def qlinear(op, rewriter):
     y = _rescale(acc, op, [1, n])
     full = vtensor_type([*x.shape[:-1], n], info(op.result).dtype)
     if x.rank != 2:
-        y = build("torch.aten.view", [y, torch_int_list([d if d >= 0 else -1 for d in x.shape[:-1]] + [n])], full)
+        y = _from_rows(y, x, full)
     activation = cuvil.activation_of(op)
     if activation not in cuvil.GATED_ACTIVATIONS:
         return _activation(y, activation)
@@ -386,6 +383,18 @@ def _rows(x) -> int:
     """Rows of x flattened to [rows, K] (-1 when a leading dim is dynamic)."""
     lead = x.shape[:-1]
     return -1 if any(d < 0 for d in lead) else int(np.prod(lead, dtype=np.int64))
+
+
+def _as_rows(value):
+    """``value`` [..., K] viewed as [rows, K]."""
+    t = info(value)
+    return build("torch.aten.view", [value, torch_int_list([-1, t.shape[-1]])], vtensor_type([_rows(t), t.shape[-1]], t.dtype))
+
+
+def _from_rows(y, x, result_type):
+    """``y`` [rows, N] viewed back to x's leading dims: [..., N] (``result_type``)."""
+    n = tensor_info(result_type).shape[-1]
+    return build("torch.aten.view", [y, torch_int_list([d if d >= 0 else -1 for d in x.shape[:-1]] + [n])], result_type)
 
 
 def qconv2d(op, rewriter):
