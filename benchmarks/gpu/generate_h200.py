@@ -583,7 +583,7 @@ def host_split(args) -> None:
 
         session._upload = timed("upload", session._upload)  # pinned_inputs swaps in its own below
         session.invoke_resident = timed("invoke_with_upload", session.invoke_resident)
-        session._to_host = timed("read", session._to_host)
+        session.to_host = timed("read", session.to_host)
         session.queue_read = timed("queue_read", session.queue_read)
         session.invoke_async = timed("queue_call", session.invoke_async)
         choose = generation._choose

@@ -204,7 +204,7 @@ class Session:
         """Device buffers (results of ``invoke_resident`` or ``invoke_async``) as numpy arrays;
         ``after``: a (semaphore, value) the copies wait for on the device's queue (an
         ``invoke_async`` whose results these are)."""
-        return self._to_host(views, after)
+        return self.queue_read(views, after)()
 
     def timeline(self):
         """A new timeline semaphore at 0 for ``invoke_async``'s waits and signals."""
@@ -330,7 +330,7 @@ class Session:
         results = rt.VmVariantList(4)
         self._ctx.vm_context.invoke(vm_function, args, results)
         views = [results.get_as_object(i, rt.HalBufferView) for i in range(len(results))]
-        return self._to_host(views)
+        return self.to_host(views)
 
     def _to_device(self, a: np.ndarray):
         import iree.runtime as rt
@@ -368,9 +368,6 @@ class Session:
             views.append(rt.HalBufferView(target, list(a.shape), _element_type(a.dtype)))
         rt.HalFence.create_at(semaphore, step).wait()
         return views
-
-    def _to_host(self, views, after=None) -> list[np.ndarray]:
-        return self.queue_read(views, after)()
 
     def queue_read(self, views, after=None):
         """Queue the copies of device buffers to the host after ``after`` (a (semaphore,
