@@ -52,7 +52,7 @@ def entries(model, batch, context, new_tokens, args):
     if "cuvil" in args.backends:
         start = time.perf_counter()
         lm = cuvil_mlir.compile_causal_lm(model.cpu(), max_seq_len=context + new_tokens, batch=batch,
-                                          prefill_len=min(args.prefill_len, context), target=args.target)
+                                          prefill_len=sorted({min(n, context) for n in args.prefill_len}), target=args.target)
         info["cuvil_compile_s"] = round(time.perf_counter() - start, 1)
         info["cuvil_vmfb_bytes"] = len(lm.modules[0].vmfb)
         out["cuvil"] = cuvil_generate(lm, lm.device_greedy)
@@ -61,7 +61,7 @@ def entries(model, batch, context, new_tokens, args):
     if "baseline" in args.backends:  # the same model compiled for --baseline-target (A/B of a target option)
         start = time.perf_counter()
         base = cuvil_mlir.compile_causal_lm(model.cpu(), max_seq_len=context + new_tokens, batch=batch,
-                                            prefill_len=min(args.prefill_len, context), target=args.baseline_target)
+                                            prefill_len=sorted({min(n, context) for n in args.prefill_len}), target=args.baseline_target)
         info["cuvil_baseline_compile_s"] = round(time.perf_counter() - start, 1)
         out["cuvil_baseline"] = cuvil_generate(base, base.device_greedy)
     model = model.to(dev)
@@ -156,7 +156,8 @@ def main() -> None:
     p.add_argument("--dtype", default="fp32", choices=["fp32", "fp16"])
     p.add_argument("--cases", default="1x128,8x128", help="BATCHxCONTEXT, comma-separated")
     p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--prefill-len", type=int, default=128)
+    p.add_argument("--prefill-len", type=lambda v: [int(n) for n in v.split(",")], default=[128],
+                   help="prefill chunk size(s), comma-separated: each prompt in the largest chunks that fit")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--backends", default="cuvil,host_loop,eager,compile",
                    help="of cuvil, host_loop (the cuvil module with each token through the host), baseline "

@@ -43,12 +43,14 @@ def compile(model, args=(), *, target: str = "cpu", opt_level: int = 3, patterns
     return compile_program(model, args, options, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
 
 
-def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len: int | None = None, target: str = "cpu",
+def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len=None, target: str = "cpu",
                       precision: str = "fp32", opt_level: int = 3, params: str = "auto", record_dispatches: bool = False):
     """Compile a transformers causal LM (GPT-2, Llama, Mistral, Qwen2, ...) for generation: one
     package with ``prefill_first``, ``prefill`` and ``decode`` functions over a KV cache for
     ``batch`` sequences of up to ``max_seq_len`` tokens, kept on the device and updated in place
     (docs/generation.md).
+    ``prefill_len``: the prompt chunk (default min(max_seq_len, 128)), or several sizes, e.g.
+    ``(128, 1024)``: each prompt is prefilled in the largest chunks that fit it.
     ``params``: weights "inline" in the modules or "external" (one archive), "auto" as ``compile``.
     ``record_dispatches``: keep the functions' IREE dispatches for ``cuvil profile PKG --function decode``.
     Returns a ``CausalLM``: ``.generate(input_ids, max_new_tokens=...)`` as transformers'."""

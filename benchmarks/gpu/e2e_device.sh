@@ -11,9 +11,9 @@
 # a hang costs that step only. $OUT gets: results-e2e-partN.json, profiles-partN.json, partN.log.
 #
 # Environment (defaults are the H200 run; the CPU dry run overrides them, see benchmarks/README.md):
-#   COMMON (.gpu/common)  CASES  VARIANTS1/VARIANTS2  PROFILES1/PROFILES2  MAX_AUTOTUNE
+#   COMMON (.gpu/common)  CASES  VARIANTS1/VARIANTS2  PROFILES1/PROFILES2 (empty: none)  MAX_AUTOTUNE
 #   TORCH_MODES1/TORCH_MODES2  PY (python3)  IREE_SITE (set: use that runtime, install nothing)
-#   BENCH_TORCH_DEVICE (cuda)  TORCH_REPS (200)
+#   BENCH_TORCH_DEVICE (cuda)  TORCH_REPS (200)  ALT_FLAGS (part 1: the cuvil variants again with these runtime flags)
 set -u
 PART=${1:?usage: e2e_device.sh 1|2 RUN}
 RUN=${2:?usage: e2e_device.sh 1|2 RUN}
@@ -23,9 +23,9 @@ COMMON=${COMMON:-.gpu/common}
 PY=${PY:-python3}
 CASES=${CASES:-gpt2-12l-b1,llama-2048-b8,gpt2-12l-b8,llama-2048-b1,bert-base-b8}
 VARIANTS1=${VARIANTS1:-cuvil_h200_td,cuvil_h200_nokern,cuvil_h200}
-VARIANTS2=${VARIANTS2:-cuvil_h200_td_nokern}
-PROFILES1=${PROFILES1:-gpt2-12l-b1:cuvil_h200_td,llama-2048-b8:cuvil_h200_td}
-PROFILES2=${PROFILES2:-gpt2-12l-b1:cuvil_h200_nokern,gpt2-12l-b1:cuvil_h200_td_nokern}
+VARIANTS2=${VARIANTS2-cuvil_h200_td_nokern}
+PROFILES1=${PROFILES1-gpt2-12l-b1:cuvil_h200_td,llama-2048-b8:cuvil_h200_td}
+PROFILES2=${PROFILES2-gpt2-12l-b1:cuvil_h200_nokern,gpt2-12l-b1:cuvil_h200_td_nokern}
 MAX_AUTOTUNE=${MAX_AUTOTUNE-gpt2-12l-b1,llama-2048-b8}
 TORCH_MODES1=${TORCH_MODES1:-eager,compile_reduce_overhead}
 TORCH_MODES2=${TORCH_MODES2:-compile_default}
@@ -63,6 +63,7 @@ measure() {
 }
 profile() {
   local keep=$1 cases=$2
+  [ -z "$cases" ] && return
   local budget=$(( $(left) - keep ))
   if [ $budget -lt 40 ]; then say "skipped (no time): profiles $cases"; return; fi
   COLUMNS=200 timeout -k 10 $budget $PY benchmarks/gpu/e2e_profile.py $RUN --cases $cases --out $OUT/profiles-part$PART.json \
@@ -73,9 +74,11 @@ profile() {
 if [ "$PART" = 1 ]; then
   # the product's best path and the path before the kernels, with the torch modes that matter most
   TORCH_MODES=$TORCH_MODES1 measure 160 --name e2e-part1 --cases $CASES --variants $VARIANTS1
+  # the same modules under other IREE runtime flags (ALT_FLAGS, e.g. --cuda_use_streams=false: CUDA graphs)
+  [ -n "${ALT_FLAGS:-}" ] && IREE_BENCH_FLAGS="$ALT_FLAGS" measure 120 --name e2e-part1-alt --no-torch --cases $CASES --variants $VARIANTS1
   profile 100 $PROFILES1
   # what the kernels alone change (the target description without them), if time is left
-  measure 5 --name e2e-part1-tdoff --no-torch --cases $CASES --variants $VARIANTS2
+  [ -n "$VARIANTS2" ] && measure 5 --name e2e-part1-tdoff --no-torch --cases $CASES --variants $VARIANTS2
 elif [ "$PART" = 2 ]; then
   TORCH_MODES=$TORCH_MODES2 measure 300 --name e2e-part2 --no-iree --cases $CASES
   [ -n "$MAX_AUTOTUNE" ] && TORCH_MODES=compile_max_autotune TORCH_MAX_AUTOTUNE=$MAX_AUTOTUNE \

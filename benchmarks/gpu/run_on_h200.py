@@ -39,6 +39,9 @@ ICD_GLOBS = ("/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd*.json", "/usr/shar
 # calls of these models) after 1 s of warm-up: ~3 s a module, so one device call measures them all
 BENCH_FLAGS = ["--benchmark_repetitions=10", "--benchmark_min_warmup_time=1", "--benchmark_min_time=0.2s",
                "--device_allocator=caching", "--function=main"]
+# more runtime flags for every module (e2e_device.sh's ALT_FLAGS item: --cuda_use_streams=false, IREE's
+# CUDA graphs for command buffers); the report's bench_flags say which were used
+BENCH_FLAGS += os.environ.get("IREE_BENCH_FLAGS", "").split()
 CHECK_TIMEOUT_S = 180
 BENCH_TIMEOUT_S = 120
 TORCH_REPS = int(os.environ.get("TORCH_REPS", 200))  # fewer only to try the script on a CPU

@@ -252,7 +252,7 @@ def _describe_causal_lm(lm: dict) -> str:
     outputs = ", ".join(lm.get("step_outputs", ["logits"]))
     greedy = "on the device" if "next_token" in outputs else "through the host"
     return (f"functions {names}; batch {lm.get('batch')}, max_seq_len {lm.get('max_seq_len')}, "
-            f"prefill_len {lm.get('prefill_len')}; steps return {outputs} (greedy tokens {greedy})")
+            f"prefill chunks {', '.join(map(str, lm.get('prefill_lens', [lm.get('prefill_len')])))}; steps return {outputs} (greedy tokens {greedy})")
 
 
 def _describe_fired(fired: dict) -> str:

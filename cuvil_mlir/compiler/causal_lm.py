@@ -5,6 +5,10 @@ cache that stays on the device and is updated in place (docs/generation.md).
     prefill(input_ids[B, P], position[1], last[1], *cache) -> (logits[B, V], next_token[B, 1], next_position[1])
     decode(input_ids[B, 1], position[1], last[1], *cache) -> (logits[B, V], next_token[B, 1], next_position[1])
 
+With several prefill sizes (``prefill_len=(128, 512)``), the smallest has the names above and
+each larger size ``n`` its own ``prefill_first_n`` and ``prefill_n``: a prompt is prefilled in the
+largest chunks that fit it (runtime/generation.py ``prefill_calls``).
+
 (logits in float32 whatever the model's dtype, as transformers' generate reads them; next_token
 their greedy choice and next_position the position it goes to, ``position + last + 1``: what
 the next decode call takes, so a greedy generate passes them on without leaving the device.)
@@ -37,11 +41,13 @@ from cuvil_mlir.core.diagnostics import CuvilError, ImportError_, InputError
 STEP_OUTPUTS = ("logits", "next_token", "next_position")  # what every step function returns (metadata step_outputs)
 
 
-def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len: int | None = None, target: str = "cpu",
+def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len=None, target: str = "cpu",
                       precision: str = "fp32", opt_level: int = 3, params: str = "auto", record_dispatches: bool = False):
     """Compile ``hf_model`` (a transformers ``*ForCausalLM``) for ``batch`` sequences of up to
     ``max_seq_len`` tokens (prompt and new tokens); prompts are prefilled ``prefill_len`` tokens
-    at a time (default: min(max_seq_len, 128)). ``params``: the weights ``"inline"`` in each
+    at a time (default: min(max_seq_len, 128)), or in chunks of several sizes (a sequence of
+    sizes: each prompt in the largest chunks that fit it, so a long prompt runs few large calls
+    and a short one a small call). ``params``: the weights ``"inline"`` in each
     target's module or ``"external"`` (one parameter archive all functions and targets
     read); ``"auto"``: external from 64 MiB of weights (cuvil_mlir.compile's rule).
     ``record_dispatches``: the functions' IREE dispatches kept in the metadata, for ``cuvil
@@ -51,10 +57,8 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
     from cuvil_mlir.runtime.generation import CausalLM
 
     config = _check_model(hf_model, max_seq_len, batch)
-    prefill_len = min(max_seq_len, 128) if prefill_len is None else prefill_len
-    if not 1 <= prefill_len <= max_seq_len:
-        raise InputError(f"prefill_len must be in 1..max_seq_len ({max_seq_len}), got {prefill_len}")
-    programs, cache, skipped = _export_programs(hf_model, batch, max_seq_len, prefill_len)
+    sizes = prefill_sizes(prefill_len, max_seq_len)
+    programs, cache, skipped = _export_programs(hf_model, batch, max_seq_len, sizes)
     options = Options(target=target, opt_level=opt_level, precision=precision, params=params,
                       record_dispatches=record_dispatches)
     modules, metadata, parameters = compile_functions(programs, options, entry="decode")
@@ -63,7 +67,8 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
         "architecture": config.model_type,
         "batch": batch,
         "max_seq_len": max_seq_len,
-        "prefill_len": prefill_len,
+        "prefill_len": sizes[0],  # the chunk of prefill_first / prefill (a reader of one size sees this one)
+        "prefill_lens": list(sizes),  # every chunk size, ascending (prefill_names gives each one's functions)
         "functions": list(programs),  # prefill_first, prefill, decode: what CausalLM may call
         "step_outputs": list(STEP_OUTPUTS),
         **({"prefill_first_skipped": skipped} if skipped else {}),  # why prefill_first could not be exported
@@ -75,12 +80,27 @@ def compile_causal_lm(hf_model, *, max_seq_len: int, batch: int = 1, prefill_len
     return CausalLM(modules, metadata, parameters=parameters)
 
 
-def _export_programs(hf_model, batch: int, max_seq_len: int, prefill_len: int):
-    """The three steps exported (torch.export), by function name, and the example cache
-    tensors (their shapes and dtypes are the cache's). Each must write every cache tensor."""
+def prefill_sizes(prefill_len, max_seq_len: int) -> tuple[int, ...]:
+    """The prefill chunk sizes, ascending and distinct, from ``prefill_len`` (None, a size, or
+    a sequence of sizes), each checked to be in 1..max_seq_len."""
+    if prefill_len is None:
+        return (min(max_seq_len, 128),)
+    values = [prefill_len] if isinstance(prefill_len, int) else list(prefill_len)
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise InputError(f"prefill_len must be a chunk size or a sequence of sizes (ints), got {prefill_len!r}")
+    bad = [v for v in values if not 1 <= v <= max_seq_len]
+    if bad:
+        raise InputError(f"prefill_len sizes must be in 1..max_seq_len ({max_seq_len}), got {', '.join(map(str, bad))}")
+    return tuple(sorted(set(values)))
+
+
+def _export_programs(hf_model, batch: int, max_seq_len: int, sizes: tuple[int, ...]):
+    """The steps exported (torch.export), by function name, and the example cache tensors
+    (their shapes and dtypes are the cache's). Each must write every cache tensor."""
     import torch
 
     from cuvil_mlir.compiler.export_modes import export_module, static_experts
+    from cuvil_mlir.runtime.generation import prefill_names
 
     cache = [torch.zeros(shape, dtype=dtype) for shape, dtype in _cache_layout(hf_model, batch, max_seq_len)]
     step, first = _step_classes()
@@ -92,14 +112,17 @@ def _export_programs(hf_model, batch: int, max_seq_len: int, prefill_len: int):
         return torch.zeros(1, dtype=torch.int64)
 
     programs, skipped = {}, None
-    check = _StepCheck(hf_model, max_seq_len, prefill_len, cache)
+    check = _StepCheck(hf_model, max_seq_len, sizes[0], cache)
     with torch.no_grad(), static_experts(hf_model):
         try:
             with _attention(hf_model, _CAUSAL_SDPA):
                 check.first(first(hf_model))
-                programs["prefill_first"] = export_module(first(hf_model), (ids(prefill_len), index(), *cache), {}, None)
+                for size in sizes:
+                    name = prefill_names(size, sizes[0])[0]
+                    programs[name] = export_module(first(hf_model), (ids(size), index(), *cache), {}, None)
         except CuvilError as e:  # attention that is not plain SDPA (softcapping, ALiBi, its own kernels)
             skipped = str(e)
+            programs.clear()
         # SDPA (one op the importer keeps whole: cuvil.attention), else the model's written-out
         # attention ("eager": what transformers requires for e.g. Gemma 2's logit softcapping) with
         # an additive mask, which is also what a model with its own attention code may expect
@@ -108,7 +131,9 @@ def _export_programs(hf_model, batch: int, max_seq_len: int, prefill_len: int):
                 with _attention(hf_model, implementation):
                     additive = implementation == "eager"
                     check.steps(step(hf_model, additive), implementation)
-                    programs["prefill"] = export_module(step(hf_model, additive), (ids(prefill_len), index(), index(), *cache), {}, None)
+                    for size in sizes:
+                        name = prefill_names(size, sizes[0])[1]
+                        programs[name] = export_module(step(hf_model, additive), (ids(size), index(), index(), *cache), {}, None)
                     programs["decode"] = export_module(step(hf_model, additive), (ids(1), index(), index(), *cache), {}, None)
                 break
             except CuvilError as e:

@@ -430,7 +430,7 @@ def profile_compiled(compiled, inputs=None, *, repetitions: int = 10, iterations
     if isinstance(compiled, CausalLM):
         function = function or "decode"
         arrays = compiled.step_arguments(function, position, inputs[0] if inputs else None)
-        model = f"{model} {function}" + ("" if function == "prefill_first" else f" at position {int(arrays[1][0])}")
+        model = f"{model} {function}" + ("" if function.startswith("prefill_first") else f" at position {int(arrays[1][0])}")
     else:
         if function not in (None, compiled.metadata.get("function", "main")) or position is not None:
             raise InputError("--function and --position profile one step of a causal LM's package "

@@ -10,11 +10,13 @@ next decode call takes them as they are and is queued before the host reads the 
 it (``_greedy_on_device``), so only B token ids a step come back. Sampling (and a package whose
 steps return logits alone) reads the logits back and uploads the chosen ids.
 
-A prompt is prefilled ``prefill_len`` tokens at a time. The chunk at position 0 runs
-``prefill_first`` where the package has it (causal attention among its own tokens, no mask),
-later chunks ``prefill``. The last chunk ends at the prompt's last token: it starts earlier when
-the prompt is longer than a chunk (recomputing a few cached positions gives the same keys and
-values) and is padded at its end when the prompt is shorter (the pads come after every real
+A prompt is prefilled in chunks of the package's sizes (``prefill_lens``; one size, ``prefill_len``,
+in a package of one), each the largest size that fits what is left of the prompt. The chunk at
+position 0 runs ``prefill_first`` where the package has it (causal attention among its own
+tokens, no mask), later chunks ``prefill`` (``prefill_first_N`` / ``prefill_N`` for a larger size
+N). When no size fits what is left, the last chunk is the smallest size ending at the prompt's
+last token: it starts earlier (recomputing a few cached positions gives the same keys and
+values), or is padded at its end when the whole prompt is shorter (the pads come after every real
 token, so causal attention keeps them out of the real tokens' results; their cache slots are
 overwritten by decode before any token attends to them).
 """
@@ -47,6 +49,11 @@ class CausalLM(CompiledModel):
             self.eos_token_id = lm.get("eos_token_id")
             self.pad_token_id = lm.get("pad_token_id")
             self.functions = tuple(lm.get("functions", OLD_FUNCTIONS))
+            self.prefill_lens = tuple(sorted(int(n) for n in lm.get("prefill_lens", [self.prefill_len])))
+            if self.prefill_lens[0] != self.prefill_len:
+                raise ValueError(f"prefill_len {self.prefill_len} is not the smallest of prefill_lens {list(self.prefill_lens)}")
+            # the tokens of a call of each prefill function
+            self.chunk_of = {name: n for n in self.prefill_lens for name in prefill_names(n, self.prefill_len)}
             self.step_outputs = tuple(lm.get("step_outputs", ("logits",)))
         except (KeyError, TypeError, ValueError) as e:
             raise PackageError(f"the package's causal_lm metadata is malformed ({type(e).__name__}: {e})") from e
@@ -217,8 +224,9 @@ class CausalLM(CompiledModel):
     def _prefill_views(self, input_ids) -> list:
         """The prefill calls of the prompt, waited on; the last one's results on the device."""
         ids = np.ascontiguousarray(self._check_prompt(input_ids, 0).cpu().numpy().astype(np.int64))
-        length, chunk = ids.shape[1], self.prefill_len
+        length = ids.shape[1]
         for function, start in self.prefill_calls(length):
+            chunk = self.chunk_of[function]
             piece = ids[:, start:start + chunk]
             if piece.shape[1] < chunk:  # a prompt shorter than a chunk: pad its end
                 piece = np.concatenate([piece, np.zeros((self.batch, chunk - piece.shape[1]), np.int64)], axis=1)
@@ -228,12 +236,18 @@ class CausalLM(CompiledModel):
 
     def prefill_calls(self, length: int) -> list[tuple[str, int]]:
         """(function, start position) of each chunk that prefills a prompt of ``length`` tokens:
-        ``prefill_len`` tokens each, the last ending at the prompt's end; the chunk at 0 runs
-        ``prefill_first`` where the package has it."""
-        chunk = self.prefill_len
-        first = "prefill_first" if "prefill_first" in self.functions else "prefill"
-        starts = [max(0, min(start, length - chunk)) for start in range(0, length, chunk)]
-        return [(first if start == 0 else "prefill", start) for start in starts]
+        from the start, the largest size that fits what is left; when none does, the smallest,
+        ending at the prompt's end (overlapping the chunk before it, or padded when it is the
+        only one). The chunk at 0 runs ``prefill_first`` where the package has it."""
+        calls, position = [], 0
+        while position < length:
+            fits = [n for n in self.prefill_lens if n <= length - position]
+            size = fits[-1] if fits else self.prefill_len
+            start = position if fits else max(0, length - size)
+            first, later = prefill_names(size, self.prefill_len)
+            calls.append((first if start == 0 and first in self.functions else later, start))
+            position = start + size
+        return calls
 
     def decode(self, token_ids, position: int):
         """One step: ``token_ids`` ([batch, 1]) at ``position`` (the number of tokens before it
@@ -256,8 +270,8 @@ class CausalLM(CompiledModel):
         come back, and a zero-filled cache."""
         if function not in self.functions:
             raise InputError(f"this package has no function '{function}'; it has {', '.join(self.functions)}")
-        length = 1 if function == "decode" else self.prefill_len
-        if function == "prefill_first":
+        length = 1 if function == "decode" else self.chunk_of[function]
+        if function.startswith("prefill_first"):
             if position not in (None, 0):
                 raise InputError(f"prefill_first runs at position 0, got position {position}")
         else:
@@ -326,11 +340,18 @@ def load(path, prefer=None, *, verify: bool = True, parameters=None):
     return lm
 
 
+def prefill_names(size: int, smallest: int) -> tuple[str, str]:
+    """(prefill_first, prefill) function names of a chunk size: the plain names for the
+    smallest size, ``prefill_first_N`` / ``prefill_N`` for a larger one."""
+    suffix = "" if size == smallest else f"_{size}"
+    return f"prefill_first{suffix}", f"prefill{suffix}"
+
+
 def _step_inputs(function: str, ids: np.ndarray, position: int, last: int) -> list[np.ndarray]:
     """A step's inputs before the cache: the token ids, the position (not for ``prefill_first``,
     which runs at 0) and the index of the token whose logits come back."""
     index = [np.array([last], np.int64)]
-    return [ids, *index] if function == "prefill_first" else [ids, np.array([position], np.int64), *index]
+    return [ids, *index] if function.startswith("prefill_first") else [ids, np.array([position], np.int64), *index]
 
 
 def _as_list(value) -> list[int]:

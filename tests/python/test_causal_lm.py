@@ -128,7 +128,7 @@ def test_prefill_first_attention_is_causal_without_mask(arch):
 
     torch.manual_seed(0)
     model = _config(arch).eval()
-    programs, _, _ = _export_programs(model, BATCH, MAX_SEQ, CHUNK)
+    programs, _, _ = _export_programs(model, BATCH, MAX_SEQ, (CHUNK,))
     text = compile_functions(programs, Options(), entry="decode", emit="cuvil").text
     functions = dict(re.findall(r"func\.func (?:\w+ )?@(\w+)\((.*?)\n  \}", text, re.S))
     attention = {name: re.findall(r'"cuvil\.attention"\(([^)]*)\) \{is_causal = (\w+).*?: \((.*?)\) ->', body)
@@ -150,12 +150,12 @@ def test_package_without_prefill_first(compiled_lm, tmp_path, monkeypatch, capsy
     arch, model, lm = compiled_lm
     if arch != "gpt2":
         pytest.skip("one architecture is enough")
-    programs, _, _ = _export_programs(model, BATCH, MAX_SEQ, CHUNK)
+    programs, _, _ = _export_programs(model, BATCH, MAX_SEQ, (CHUNK,))
     del programs["prefill_first"]
     modules, metadata, parameters = compile_functions(programs, Options(), entry="decode")
-    # neither "functions" nor "step_outputs": its steps are read as returning logits alone (the greedy tokens go
+    # neither "functions", "prefill_lens" nor "step_outputs": its steps are read as returning logits alone (the greedy tokens go
     # through the host)
-    metadata["causal_lm"] = {k: v for k, v in lm.metadata["causal_lm"].items() if k not in ("functions", "step_outputs")}
+    metadata["causal_lm"] = {k: v for k, v in lm.metadata["causal_lm"].items() if k not in ("functions", "step_outputs", "prefill_lens")}
     path = tmp_path / "old.cuvilpkg"
     CausalLM(modules, metadata, parameters=parameters).save(path)
     old = cuvil_mlir.load(path)
@@ -293,6 +293,35 @@ def test_save_load_and_sampling(compiled_lm, tmp_path):
         lm.generate(ids, max_new_tokens=2, do_sample=True, temperature=0)
 
 
+def test_several_prefill_sizes(tmp_path, monkeypatch):
+    """prefill_len=(16, 4): a prefill_first and a prefill per size, the smallest under the plain
+    names; a prompt runs the largest chunks that fit what is left of it (the last one overlapping
+    or padded), with the tokens of transformers' greedy generate; the sizes survive save/load."""
+    torch.manual_seed(0)
+    model = _config("llama").eval()
+    model.generation_config.eos_token_id = None
+    lm = cuvil_mlir.compile_causal_lm(model, max_seq_len=MAX_SEQ, batch=BATCH, prefill_len=(16, 4))
+    assert lm.functions == ("prefill_first", "prefill_first_16", "prefill", "prefill_16", "decode")
+    assert lm.metadata["causal_lm"]["prefill_lens"] == [4, 16] and lm.prefill_len == 4
+    plans = {37: [("prefill_first_16", 0), ("prefill_16", 16), ("prefill", 32), ("prefill", 33)],
+             3: [("prefill_first", 0)], 20: [("prefill_first_16", 0), ("prefill", 16)], 17: [("prefill_first_16", 0), ("prefill", 13)]}
+    path = tmp_path / "lm.cuvilpkg"
+    lm.save(path)
+    loaded = cuvil_mlir.load(path)
+    for prompt_len, plan in plans.items():
+        assert lm.prefill_calls(prompt_len) == plan == loaded.prefill_calls(prompt_len)
+        ids = torch.randint(0, 8192, (BATCH, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
+        new = min(24, MAX_SEQ - prompt_len)
+        with torch.no_grad():
+            expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False)
+        called = _calls(monkeypatch)
+        got = lm.generate(ids, max_new_tokens=new)
+        assert called == [function for function, _ in plan] + ["decode$async"] * (new - 1)
+        assert torch.equal(got, expected), f"prompt {prompt_len}: first difference at {(got != expected).nonzero()[:1].tolist()}"
+        monkeypatch.undo()
+    assert loaded.step_arguments("prefill_16")[0].shape == (BATCH, 16)
+
+
 def test_eos_stops_and_pads(compiled_lm):
     arch, _, lm = compiled_lm
     if arch != "gpt2":
@@ -386,6 +415,10 @@ def test_compile_errors():
         cuvil_mlir.compile_causal_lm(model, max_seq_len=4096)
     with pytest.raises(InputError, match="prefill_len"):
         cuvil_mlir.compile_causal_lm(model, max_seq_len=16, prefill_len=32)
+    with pytest.raises(InputError, match=r"in 1\.\.max_seq_len \(16\), got 0, 17"):
+        cuvil_mlir.compile_causal_lm(model, max_seq_len=16, prefill_len=(4, 0, 17))
+    with pytest.raises(InputError, match="a sequence of sizes"):
+        cuvil_mlir.compile_causal_lm(model, max_seq_len=16, prefill_len=(4.0,))
     windowed = transformers.MistralForCausalLM(transformers.MistralConfig(
         vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=1, sliding_window=16, max_position_embeddings=128))
@@ -421,7 +454,7 @@ def test_cli_generate(compiled_lm, tmp_path, capsys):
     path = tmp_path / "lm.cuvilpkg"
     lm.save(path)
     assert main(["inspect", str(path)]) == 0
-    assert ("causal lm:   functions prefill_first, prefill, decode; batch 2, max_seq_len 80, prefill_len 8; steps return "
+    assert ("causal lm:   functions prefill_first, prefill, decode; batch 2, max_seq_len 80, prefill chunks 8; steps return "
             "logits, next_token, next_position (greedy tokens on the device)") in capsys.readouterr().out
     assert main(["generate", str(path), "--prompt-ids", "1,2,3;4,5,6", "--max-new-tokens", "5", "--no-progress"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -507,7 +540,7 @@ def test_no_step_copies_the_cache(arch):
     from cuvil_mlir.targets import iree, parse_target
 
     torch.manual_seed(0)
-    programs, cache, _ = _export_programs(_config(arch).eval(), BATCH, MAX_SEQ, CHUNK)
+    programs, cache, _ = _export_programs(_config(arch).eval(), BATCH, MAX_SEQ, (CHUNK,))
     lowered = compile_functions(programs, Options(params="inline"), entry="decode", emit="lowered", elide_weights=False).text
     stream = iree.compile_to_vmfb(parse_module(lowered, make_context()), [*parse_target("cpu").iree_flags(), "--compile-to=stream",
                                                                          "--mlir-elide-elementsattrs-if-larger=8"]).decode()
@@ -541,7 +574,7 @@ def test_cuda_steps_write_the_cache_on_the_device(arch):
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
             num_hidden_layers=2, hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=256,
             vocab_size=512, max_position_embeddings=128))
-    programs, cache, _ = _export_programs(model.eval().half(), BATCH, MAX_SEQ, CHUNK)
+    programs, cache, _ = _export_programs(model.eval().half(), BATCH, MAX_SEQ, (CHUNK,))
     lowered = compile_functions(programs, Options(target="cuda:h200", params="inline"), entry="decode", emit="lowered",
                                 elide_weights=False).text
     target = parse_target("cuda:h200")
