@@ -551,44 +551,6 @@ def _source_hash() -> str:
 # ----------------------------------------------------------------------------- IREE dispatch
 
 
-def _extern(result: str, inputs: list[tuple[str, str]], outputs: list[str], part: KernelPart, grid,
-            tied: dict[int, int] | None = None) -> list[str]:
-    """Lines of one ``hal.dispatch.extern`` named ``%result`` (``%result#0`` is its first output):
-    ``inputs`` (SSA name, builtin type) bound read-only, then ``outputs`` (builtin types), then
-    Triton's global scratch (grid x its per-program size) and profile scratch (a 16-byte dummy).
-    ``tied``: output index -> input index, an output written in place of that input (the input's
-    binding is then read-write and the output has none of its own: IREE's tied results)."""
-    tied = tied or {}
-    programs = math.prod(grid)
-    results = outputs + [f"tensor<{max(part.scratch_bytes * programs, 16)}xi8>", "tensor<16xi8>"]
-    written = set(tied.values())
-    bindings = ", ".join(["#hal.pipeline.binding<storage_buffer>" if i in written else "#hal.pipeline.binding<storage_buffer, ReadOnly>"
-                          for i in range(len(inputs))]
-                         + ["#hal.pipeline.binding<storage_buffer>"] * (len(results) - len(tied)))
-    ties = [f"{tied[i]} : index" if i in tied else "-1 : index" for i in range(len(results))]
-    props = ", ".join([
-        f'export_name = "{part.name}"',
-        f"layout = #hal.pipeline.layout<bindings = [{bindings}]>",
-        f"operandSegmentSizes = array<i32: 0, {len(inputs)}, 0, 0>",
-        f'target_objects = [[#hal.executable.object<{{path = "{part.cubin_path}"}}>]]',
-        "target_ordinals = [0 : index]",
-        f"targets = [{ck.EXECUTABLE_TARGET}]",
-        f"tied_operands = [{', '.join(ties)}]",
-        f"workgroup_size = [{part.threads} : index, 1 : index, 1 : index]",
-        f"workgroup_local_memory = {part.shared_bytes} : index",
-    ])
-    gx, gy, gz = (*grid, 1, 1)[:3]
-    return [
-        f'  %{result}:{len(results)} = "hal.dispatch.extern"({", ".join(n for n, _ in inputs)}) <{{{props}}}> ({{',
-        "  ^bb0(%device: !hal.device):",
-        f"    %gx = arith.constant {gx} : index",
-        f"    %gy = arith.constant {gy} : index",
-        f"    %gz = arith.constant {gz} : index",
-        "    hal.return %gx, %gy, %gz : index, index, index",
-        f"  }}, {{\n  }}) : ({', '.join(t for _, t in inputs)}) -> ({', '.join(results)})",
-    ]
-
-
 def dispatch_function(symbol: str, kb: AttentionBinary, *, torch_types: bool = True) -> str:
     """MLIR text of ``func.func private @symbol(q, k, v[, pos]) -> o`` whose body is the kernel's
     ``hal.dispatch.extern``: bindings q, k, v (and a prefix attention's pos) read-only, o, the
@@ -607,11 +569,11 @@ def dispatch_function(symbol: str, kb: AttentionBinary, *, torch_types: bool = T
     lines = [f"  %{n}_t = torch_c.to_builtin_tensor %{n} : {vtensor[n]} -> {builtin[n]}" for n in names if torch_types]
     inputs = [(f"%{n}_t" if torch_types else f"%{n}", builtin[n]) for n in names]
     if kb.combine is None:
-        lines += _extern("r", inputs, [builtin["o"]], kb, kb.grid)
+        lines += ck.extern_op("r", inputs, [builtin["o"]], kb, kb.grid)
     else:
         partial = f"tensor<{prefix_partial_bytes(s, kb.config)}xi8>"
-        lines += _extern("part", inputs, [partial], kb, kb.grid)
-        lines += _extern("r", [("%part#0", partial)], [builtin["o"]], kb.combine, kb.grid[:2])
+        lines += ck.extern_op("part", inputs, [partial], kb, kb.grid)
+        lines += ck.extern_op("r", [("%part#0", partial)], [builtin["o"]], kb.combine, kb.grid[:2])
     if torch_types:
         lines.append(f"  %o = torch_c.from_builtin_tensor %r#0 : {builtin['o']} -> {vtensor['o']}")
         lines.append(f"  return %o : {vtensor['o']}")
@@ -767,7 +729,7 @@ def cache_write_function(symbol: str, spec: CacheWriteSpec, part: KernelPart, ds
     bt = {"dst": f"tensor<{'x'.join(map(str, dst_shape))}x{t}>", "src": f"tensor<{'x'.join(map(str, src_shape))}x{t}>",
           "pos": "tensor<1xi64>"}
     lines = [f"  %{n}_t = torch_c.to_builtin_tensor %{n} : {vt[n]} -> {bt[n]}" for n in ("dst", "src", "pos")]
-    lines += _extern("r", [("%src_t", bt["src"]), ("%pos_t", bt["pos"]), ("%dst_t", bt["dst"])], [bt["dst"]], part,
+    lines += ck.extern_op("r", [("%src_t", bt["src"]), ("%pos_t", bt["pos"]), ("%dst_t", bt["dst"])], [bt["dst"]], part,
                      cache_write_grid(spec), tied={0: 2})
     lines += [f"  %out = torch_c.from_builtin_tensor %r#0 : {bt['dst']} -> {vt['dst']}", f"  return %out : {vt['dst']}"]
     return (f"func.func private @{symbol}(%dst: {vt['dst']}, %src: {vt['src']}, %pos: {vt['pos']}) -> {vt['dst']} {{\n"

@@ -95,6 +95,9 @@ class LinearSpec:
         return self.n // 2 if self.gated else self.n
 
 
+KINDS = ("tiles", "persistent", "pointers", "splitk")
+
+
 @dataclass(frozen=True)
 class TileConfig:
     bm: int
@@ -106,16 +109,24 @@ class TileConfig:
     # "tiles": one program per output tile; "persistent": one program per SM looping over tiles
     # (descriptors made once per program, the next tile's loads overlap this one's epilogue),
     # warp-specialized (producer/consumer warps) when ``ws``; "pointers": one program per tile,
-    # pointer loads (cp.async) instead of TMA
+    # pointer loads (cp.async) instead of TMA; "splitk": ``split`` programs per tile, each over a
+    # share of K, pointer loads, the last of a tile to finish summing their fp32 partials (below)
     kind: str = "tiles"
     ws: bool = False
     # TMA kernels: store the output tile in two [BM, BN/2] halves (half the epilogue's shared
     # memory, which leaves room for one more pipeline stage at 128x256)
     subtile: bool = False
+    split: int = 1  # splitk: programs per output tile (K cut into that many shares)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise CompileError(f"unknown linear kernel kind {self.kind!r} in a tile config; kinds: {', '.join(KINDS)}")
+        if (self.kind == "splitk") != (self.split > 1):
+            raise CompileError(f"a tile config has split={self.split} with kind {self.kind!r}: split > 1 is kind 'splitk' (and only it)")
 
     @property
     def key(self) -> str:
-        extra = {"tiles": "", "pointers": "ptr"}.get(self.kind, f"p{'ws' if self.ws else ''}")
+        extra = {"tiles": "", "pointers": "ptr", "splitk": f"sk{self.split}"}.get(self.kind, f"p{'ws' if self.ws else ''}")
         return f"{self.bm}x{self.bn}x{self.bk}w{self.warps}s{self.stages}{extra}{'e' if self.subtile else ''}"
 
 
@@ -289,10 +300,19 @@ def _kernel():
         rk = tl.arange(0, BK)
         xp = x_ptr + (rm % M)[:, None] * K + rk[None, :]
         wp = w_ptr + (rn % F)[:, None] * K + rk[None, :]
+        acc, up = _pointer_loop(xp, wp, rk, 0, tl.cdiv(K, BK), K, F, BM, BN, BK, GATED)
+        _pointer_epilogue(acc, up, b_ptr, r_ptr, y_ptr, rm, rn, M, F, HAS_BIAS, HAS_RES, ACT, GATED)
+
+    @triton.jit
+    def _pointer_loop(xp, wp, rk, first, last, K: tl.constexpr, F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                      BK: tl.constexpr, GATED: tl.constexpr):
+        # the fp32 product of the K steps first..last-1 (BK each) from pointer loads; K past its end is
+        # masked only when ragged; (acc, up) with up the up rows' product when gated (else acc again)
         acc = tl.zeros((BM, BN), tl.float32)
-        if GATED:
-            up = tl.zeros((BM, BN), tl.float32)
-        for kk in range(0, tl.cdiv(K, BK)):
+        up = acc
+        xp += first * BK
+        wp += first * BK
+        for kk in range(first, last):
             if K % BK == 0:
                 a = tl.load(xp)
                 b = tl.load(wp)
@@ -308,6 +328,12 @@ def _kernel():
                 up = tl.dot(a, u.T, up)
             xp += BK
             wp += BK
+        return acc, up
+
+    @triton.jit
+    def _pointer_epilogue(acc, up, b_ptr, r_ptr, y_ptr, rm, rn, M: tl.constexpr, F: tl.constexpr, HAS_BIAS: tl.constexpr,
+                          HAS_RES: tl.constexpr, ACT: tl.constexpr, GATED: tl.constexpr):
+        # bias, activation (gated: act(gate) * up), residual, and the masked store of the [BM, BN] tile
         if HAS_BIAS:
             acc += tl.load(b_ptr + rn, mask=rn < F, other=0.0).to(tl.float32)[None, :]
             if GATED:
@@ -319,7 +345,54 @@ def _kernel():
             acc = _residual(acc, r_ptr, rm, rn, M, F)
         tl.store(y_ptr + rm[:, None] * F + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < F))
 
-    _LINEAR = {"tiles": cuvil_linear, "persistent": cuvil_linear_persistent, "pointers": cuvil_linear_pointers}
+    @triton.jit
+    def cuvil_linear_splitk(x_ptr, w_ptr, b_ptr, r_ptr, c_ptr, y_ptr, ws_ptr, M: tl.constexpr, N: tl.constexpr,
+                            K: tl.constexpr, F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                            SPLIT: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
+                            ACT: tl.constexpr, GATED: tl.constexpr):
+        # SPLIT programs per output tile, program s over K steps [s*per, (s+1)*per): its fp32 partial
+        # (and the up rows' when gated) goes to the workspace ws[tile, s]; then it counts itself in
+        # c[tile] (zero at the call's start: the dispatch's tied operand is a zero constant). The one
+        # that counts last sums the tile's partials in order s = 0..SPLIT-1 (the same sum whichever
+        # finishes last), runs the epilogue and sets the count back to zero. Small M: SPLIT times
+        # the programs of one per tile.
+        pid = tl.program_id(0)
+        tile = pid // SPLIT
+        part = pid % SPLIT
+        num_m = tl.cdiv(M, BM)
+        num_n = tl.cdiv(F, BN)
+        width = GROUP * num_n
+        first = (tile // width) * GROUP
+        size = min(num_m - first, GROUP)
+        pm = first + (tile % width) % size
+        pn = (tile % width) // size
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        steps = tl.cdiv(K, BK)
+        per = tl.cdiv(steps, SPLIT)
+        xp = x_ptr + (rm % M)[:, None] * K + rk[None, :]
+        wp = w_ptr + (rn % F)[:, None] * K + rk[None, :]
+        acc, up = _pointer_loop(xp, wp, rk, part * per, min(part * per + per, steps), K, F, BM, BN, BK, GATED)
+        PARTS: tl.constexpr = 2 if GATED else 1
+        cell = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+        slot = ws_ptr + tile * (SPLIT * PARTS * BM * BN) + cell
+        tl.store(slot + part * (PARTS * BM * BN), acc)
+        if GATED:
+            tl.store(slot + part * (PARTS * BM * BN) + BM * BN, up)
+        tl.debug_barrier()  # every thread's partial written before the count releases it
+        if tl.atomic_add(c_ptr + tile, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
+            acc = tl.zeros((BM, BN), tl.float32)
+            up = acc
+            for s in range(SPLIT):
+                acc += tl.load(slot + s * (PARTS * BM * BN), cache_modifier=".cg")
+                if GATED:
+                    up += tl.load(slot + s * (PARTS * BM * BN) + BM * BN, cache_modifier=".cg")
+            _pointer_epilogue(acc, up, b_ptr, r_ptr, y_ptr, rm, rn, M, F, HAS_BIAS, HAS_RES, ACT, GATED)
+            tl.atomic_xchg(c_ptr + tile, 0, sem="relaxed", scope="gpu")  # counters left as found: zero
+
+    _LINEAR = {"tiles": cuvil_linear, "persistent": cuvil_linear_persistent, "pointers": cuvil_linear_pointers,
+               "splitk": cuvil_linear_splitk}
     return _LINEAR
 
 
@@ -372,9 +445,12 @@ def _compile(spec: LinearSpec, config: TileConfig, name: str) -> tuple[str, int,
     ty = "*" + DTYPES[spec.dtype]
     sizes = constexprs(spec, config)
     bias_ty = "*" + {"f32": "fp32", **DTYPES}[spec.bias_type] if spec.has_bias else ty
-    signature = {"x_ptr": ty, "w_ptr": ty, "b_ptr": bias_ty, "r_ptr": ty, "y_ptr": ty, **{k: "constexpr" for k in sizes}}
+    pointers = {"x_ptr": ty, "w_ptr": ty, "b_ptr": bias_ty, "r_ptr": ty, "y_ptr": ty}
+    if config.kind == "splitk":  # the binding order: inputs (the counters last), then outputs (y, the workspace)
+        pointers = {"x_ptr": ty, "w_ptr": ty, "b_ptr": bias_ty, "r_ptr": ty, "c_ptr": "*i32", "y_ptr": ty, "ws_ptr": "*fp32"}
+    signature = {**pointers, **{k: "constexpr" for k in sizes}}
     # IREE's binding pointers are at least 16-byte aligned (its stream resource alignment)
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers))}
     try:
         k = triton.compile(ASTSource(fn, signature=signature, constexprs=sizes, attrs=attrs),
                            target=GPUTarget("cuda", 90, 32), options={"num_warps": config.warps, "num_stages": config.stages, "ptx_version": PTX_VERSION})
@@ -390,17 +466,31 @@ def constexprs(spec: LinearSpec, config: TileConfig) -> dict:
     sizes = dict(M=spec.m, N=spec.n, K=spec.k, F=spec.out_features, BM=config.bm, BN=config.bn, BK=config.bk,
                  GROUP=config.group, HAS_BIAS=int(spec.has_bias), HAS_RES=int(spec.has_residual),
                  ACT=_ACT_CODE[GATED.get(spec.activation, spec.activation)], GATED=int(spec.gated))
-    if config.kind != "pointers":
+    if config.kind in ("tiles", "persistent"):
         sizes["SUBTILE"] = int(config.subtile)
+    if config.kind == "splitk":
+        sizes["SPLIT"] = config.split
     if config.kind == "persistent":
         sizes.update(PROGRAMS=grid_of(spec, config), WS=int(config.ws))
     return sizes
 
 
 def grid_of(spec: LinearSpec, config: TileConfig) -> int:
-    """Programs launched: one per output tile, or (persistent) at most one per SM."""
-    tiles = math.ceil(spec.m / config.bm) * math.ceil(spec.out_features / config.bn)
-    return min(tiles, SMS) if config.kind == "persistent" else tiles
+    """Programs launched: one per output tile, ``split`` per tile (splitk), or (persistent) at
+    most one per SM."""
+    tiles = output_tiles(spec, config)
+    return min(tiles, SMS) if config.kind == "persistent" else tiles * config.split
+
+
+def output_tiles(spec: LinearSpec, config: TileConfig) -> int:
+    return math.ceil(spec.m / config.bm) * math.ceil(spec.out_features / config.bn)
+
+
+def workspace_bytes(spec: LinearSpec, config: TileConfig) -> int:
+    """splitk: the fp32 partials, [tiles, split, (2 if gated) x BM x BN]; else none."""
+    if config.kind != "splitk":
+        return 0
+    return output_tiles(spec, config) * config.split * (2 if spec.gated else 1) * config.bm * config.bn * 4
 
 
 def rename_entry(ptx: str, old: str, new: str) -> str:
@@ -444,17 +534,61 @@ EXECUTABLE_TARGET = '#hal.executable.target<"cuda", "cuda-nvptx-fb">'
 _MLIR_DTYPE = {"f16": "f16", "bf16": "bf16"}
 
 
-def dispatch_function(symbol: str, kb: KernelBinary, *, embed: str = "cubin", torch_types: bool = True) -> str:
-    """MLIR text of ``func.func private @symbol(x, w[, b][, r]) -> y`` whose body is one
-    ``hal.dispatch.extern`` of the kernel. With ``torch_types`` the function takes and returns
-    ``!torch.vtensor`` (the signature lower-cuvil-to-kernels declares) and converts with
-    ``torch_c``; else builtin tensors.
+def extern_op(result: str, inputs: list[tuple[str, str]], outputs: list[str], kernel, grid,
+              tied: dict[int, int] | None = None, path: str | None = None) -> list[str]:
+    """Lines of one ``hal.dispatch.extern`` of a Triton ``kernel`` (its name, threads,
+    shared_bytes, scratch_bytes, cubin_path) named ``%result`` (``%result#0`` is its first output):
+    ``inputs`` (SSA name, builtin type) bound read-only, then ``outputs`` (builtin types), then
+    Triton's global scratch (grid x its per-program size) and profile scratch (a 16-byte dummy).
+    ``tied``: output index -> input index, an output written in place of that input (the input's
+    binding is then read-write and the output has none of its own: IREE's tied results).
+    ``path``: the object to embed (default the kernel's cubin).
 
     The op is written in generic form: its custom syntax takes no workgroup_size /
     workgroup_local_memory. IREE's CUDA runtime loads the object with cuModuleLoadDataEx (a cubin
     or PTX) and sets the dynamic shared memory size with cuFuncSetAttribute(
     MAX_DYNAMIC_SHARED_SIZE_BYTES) from ``workgroup_local_memory``, so the kernels' >48 KiB of
-    shared memory needs no opt-in of ours."""
+    shared memory needs no opt-in of ours. The object is named by path (the kernel cache's file;
+    iree-compile embeds it in the module): IREE 3.13 prints an object with inline data and no
+    path as `<{, data = ...}>`, which it cannot parse back."""
+    tied = tied or {}
+    programs = math.prod(grid)
+    results = outputs + [f"tensor<{max(kernel.scratch_bytes * programs, 16)}xi8>", "tensor<16xi8>"]
+    written = set(tied.values())
+    bindings = ", ".join(["#hal.pipeline.binding<storage_buffer>" if i in written else "#hal.pipeline.binding<storage_buffer, ReadOnly>"
+                          for i in range(len(inputs))]
+                         + ["#hal.pipeline.binding<storage_buffer>"] * (len(results) - len(tied)))
+    ties = [f"{tied[i]} : index" if i in tied else "-1 : index" for i in range(len(results))]
+    props = ", ".join([
+        f'export_name = "{kernel.name}"',
+        f"layout = #hal.pipeline.layout<bindings = [{bindings}]>",
+        f"operandSegmentSizes = array<i32: 0, {len(inputs)}, 0, 0>",
+        f'target_objects = [[#hal.executable.object<{{path = "{path or kernel.cubin_path}"}}>]]',
+        "target_ordinals = [0 : index]",
+        f"targets = [{EXECUTABLE_TARGET}]",
+        f"tied_operands = [{', '.join(ties)}]",
+        f"workgroup_size = [{kernel.threads} : index, 1 : index, 1 : index]",
+        f"workgroup_local_memory = {kernel.shared_bytes} : index",
+    ])
+    gx, gy, gz = (*grid, 1, 1)[:3]
+    return [
+        f'  %{result}:{len(results)} = "hal.dispatch.extern"({", ".join(n for n, _ in inputs)}) <{{{props}}}> ({{',
+        "  ^bb0(%device: !hal.device):",
+        f"    %gx = arith.constant {gx} : index",
+        f"    %gy = arith.constant {gy} : index",
+        f"    %gz = arith.constant {gz} : index",
+        "    hal.return %gx, %gy, %gz : index, index, index",
+        f"  }}, {{\n  }}) : ({', '.join(t for _, t in inputs)}) -> ({', '.join(results)})",
+    ]
+
+
+def dispatch_function(symbol: str, kb: KernelBinary, *, embed: str = "cubin", torch_types: bool = True) -> str:
+    """MLIR text of ``func.func private @symbol(x, w[, b][, r]) -> y`` whose body is one
+    ``hal.dispatch.extern`` of the kernel (extern_op). With ``torch_types`` the function takes
+    and returns ``!torch.vtensor`` (the signature lower-cuvil-to-kernels declares) and converts
+    with ``torch_c``; else builtin tensors. A split-K kernel also takes a zero counter per output
+    tile (a constant; its tied result makes IREE fill a fresh buffer with zeros each call) and
+    writes its fp32 partials to a workspace output."""
     s, t = kb.spec, _MLIR_DTYPE[kb.spec.dtype]
     shapes = {"x": [s.m, s.k], "w": [s.n, s.k], "b": [s.n], "r": [s.m, s.out_features], "y": [s.m, s.out_features]}
     dtypes = {"x": t, "w": t, "r": t, "y": t, "b": {"f32": "f32", **_MLIR_DTYPE}[s.bias_type]}
@@ -470,34 +604,15 @@ def dispatch_function(symbol: str, kb: KernelBinary, *, embed: str = "cubin", to
     # without a bias (a residual), x fills the kernel's bias (residual) slot, never read: HAS_BIAS
     # (HAS_RES) is 0
     slots = ["x", "w", "b" if s.has_bias else "x", "r" if s.has_residual else "x"]
-    operands = [ref(n) for n in slots]
-    types = [builtin[n] for n in slots]
-    scratch = f"tensor<{max(kb.scratch_bytes * kb.grid, 16)}xi8>"
-    results = [builtin["y"], scratch, "tensor<16xi8>"]
-    bindings = ", ".join(["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * 4 + ["#hal.pipeline.binding<storage_buffer>"] * 3)
-    # by path (the kernel cache's file; iree-compile embeds it in the module): IREE 3.13 prints
-    # an object with inline data and no path as `<{, data = ...}>`, which it cannot parse back
-    path = kb.cubin_path if embed == "cubin" else kb.ptx_path
-    obj = f'#hal.executable.object<{{path = "{path}"}}>'
-    props = ", ".join([
-        f'export_name = "{kb.name}"',
-        f"layout = #hal.pipeline.layout<bindings = [{bindings}]>",
-        "operandSegmentSizes = array<i32: 0, 4, 0, 0>",
-        f"target_objects = [[{obj}]]",
-        "target_ordinals = [0 : index]",
-        f"targets = [{EXECUTABLE_TARGET}]",
-        "tied_operands = [-1 : index, -1 : index, -1 : index]",
-        f"workgroup_size = [{kb.threads} : index, 1 : index, 1 : index]",
-        f"workgroup_local_memory = {kb.shared_bytes} : index",
-    ])
-    lines += [
-        f'  %out:3 = "hal.dispatch.extern"({", ".join(operands)}) <{{{props}}}> ({{',
-        "  ^bb0(%device: !hal.device):",
-        f"    %grid = arith.constant {kb.grid} : index",
-        "    %one = arith.constant 1 : index",
-        "    hal.return %grid, %one, %one : index, index, index",
-        f"  }}, {{\n  }}) : ({', '.join(types)}) -> ({', '.join(results)})",
-    ]
+    inputs = [(ref(n), builtin[n]) for n in slots]
+    outputs, tied = [builtin["y"]], {}
+    if kb.config.kind == "splitk":
+        counters = f"tensor<{output_tiles(s, kb.config)}xi32>"
+        lines.append(f"  %counters = arith.constant dense<0> : {counters}")
+        inputs.append(("%counters", counters))
+        outputs += [f"tensor<{workspace_bytes(s, kb.config) // 4}xf32>", counters]
+        tied = {2: 4}
+    lines += extern_op("out", inputs, outputs, kb, (kb.grid,), tied, kb.cubin_path if embed == "cubin" else kb.ptx_path)
     if torch_types:
         lines.append(f"  %y = torch_c.from_builtin_tensor %out#0 : {builtin['y']} -> {vtensor['y']}")
         lines.append(f"  return %y : {vtensor['y']}")

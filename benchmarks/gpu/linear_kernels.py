@@ -79,17 +79,25 @@ GOAL_LAYERS = [
     ("llama8b_qkv", 6144, 4096, "none"), ("llama8b_o", 4096, 4096, "none"), ("llama8b_up", 14336, 4096, "none"),
     ("llama8b_down", 4096, 14336, "none"), ("llama8b_gateup", 28672, 4096, "swiglu"),
 ]
+# split-K (kind "splitk", (bm, bn, bk, warps, stages, kind, ws, subtile, split)): M <= 256, where one program per
+# tile leaves most of the 132 SMs idle (GPT-2's 128 x 768 x 3072 has 24 tiles of 64 x 64)
+SPLITK_CONFIGS = [(64, 64, 64, 4, 4, "splitk", False, False, 2), (64, 64, 64, 4, 4, "splitk", False, False, 4),
+                  (64, 64, 128, 4, 3, "splitk", False, False, 4), (64, 32, 128, 4, 3, "splitk", False, False, 4),
+                  (64, 128, 64, 4, 4, "splitk", False, False, 2), (64, 64, 64, 4, 4, "splitk", False, False, 8)]
+SPLITK_SMALL = [(16, 64, 128, 4, 4, "splitk", False, False, 4), (16, 32, 256, 4, 4, "splitk", False, False, 4),
+                (16, 64, 128, 4, 4, "splitk", False, False, 8), (16, 128, 128, 4, 4, "splitk", False, False, 4)]
 # tile configs per M class: (bm, bn, bk, warps, stages, kind, ws, subtile); bf16 is timed with the
 # first SWEEP_BF16 of each list (fp16 with all)
 SWEEP_CONFIGS = {
     "small": [(16, 32, 256, 4, 4, "pointers"), (16, 64, 128, 4, 6, "pointers"), (16, 32, 256, 4, 4, "tiles"),
-              (16, 16, 256, 4, 4, "pointers"), (16, 32, 128, 4, 6, "pointers"), (64, 256, 64, 4, 4, "tiles")],
+              (16, 16, 256, 4, 4, "pointers"), (16, 32, 128, 4, 6, "pointers"), (64, 256, 64, 4, 4, "tiles")] + SPLITK_SMALL,
     "mid": [(64, 128, 64, 4, 4, "tiles"), (128, 128, 64, 8, 4, "tiles"), (64, 64, 128, 4, 4, "tiles"),
-            (64, 256, 64, 4, 4, "tiles"), (128, 64, 64, 4, 4, "tiles"), (64, 128, 64, 4, 4, "pointers")],
+            (64, 256, 64, 4, 4, "tiles"), (128, 64, 64, 4, 4, "tiles"), (64, 128, 64, 4, 4, "pointers")] + SPLITK_CONFIGS,
     "large": [(128, 256, 64, 8, 4, "persistent", False, True), (128, 256, 64, 8, 4, "persistent", True, True),
               (128, 256, 64, 8, 3, "tiles"), (128, 256, 64, 8, 3, "persistent"), (128, 128, 64, 8, 4, "persistent", True),
               (128, 256, 64, 8, 4, "tiles", False, True)],
-    "gated_small": [(16, 32, 128, 4, 4, "pointers"), (16, 32, 128, 4, 4, "tiles"), (64, 128, 64, 4, 4, "tiles")],
+    "gated_small": [(16, 32, 128, 4, 4, "pointers"), (16, 32, 128, 4, 4, "tiles"), (64, 128, 64, 4, 4, "tiles"),
+                    (16, 32, 128, 4, 4, "splitk", False, False, 4)],
     "gated": [(128, 128, 64, 8, 3, "tiles"), (128, 128, 64, 8, 3, "persistent", True), (64, 128, 64, 4, 4, "tiles"),
               (128, 128, 64, 8, 4, "tiles")],
 }
@@ -370,10 +378,12 @@ def _host_bits(np, y):
 # ------------------------------------------------------------------------------ kernel sweep
 
 
-def sweep_build(out: Path, dtypes: list[str], only: str = "", odd: bool = False, models: bool = False) -> None:
+def sweep_build(out: Path, dtypes: list[str], only: str = "", odd: bool = False, models: bool = False,
+                kinds: tuple[str, ...] = (), only_ms: tuple[int, ...] = ()) -> None:
     """Here: the cubin of every (goal shape, dtype, config) -> out/cubins/, listed in
     out/sweep-<dtype>.json; with ``odd`` the SWEEP_ODD shapes (fp16) -> out/sweep-odd.json; with
-    ``models`` the MODEL_SHAPES with MODEL_CONFIGS (fp16) -> out/sweep-models.json."""
+    ``models`` the MODEL_SHAPES with MODEL_CONFIGS (fp16) -> out/sweep-models.json. ``kinds``,
+    ``only_ms``: only configs of those kernel kinds, only those M."""
     import shutil
 
     sys.path.insert(0, str(REPO))
@@ -390,10 +400,16 @@ def sweep_build(out: Path, dtypes: list[str], only: str = "", odd: bool = False,
             if only and only not in layer:
                 continue
             for m in ms:
+                if only_ms and m not in only_ms:
+                    continue
                 spec = ck.LinearSpec(m, n, k, t, act, False)
                 configs = (MODEL_GATED_CONFIGS if spec.gated else MODEL_CONFIGS) if models else \
                     SWEEP_CONFIGS[sweep_class(m, spec.gated)]
                 for cfg in configs if t == "f16" else configs[:SWEEP_BF16]:
+                    if cfg[5:6] == ("splitk",) and m > 256:  # split-K is for the M that leaves SMs idle
+                        continue
+                    if kinds and (cfg[5] if len(cfg) > 5 else "tiles") not in kinds:
+                        continue
                     config = ck.TileConfig(*cfg[:5], 8, *cfg[5:])
                     try:
                         kb = ck.build_linear(spec, config)
@@ -402,7 +418,8 @@ def sweep_build(out: Path, dtypes: list[str], only: str = "", odd: bool = False,
                         continue
                     shutil.copyfile(kb.cubin_path, out / "cubins" / f"{kb.name}.cubin")
                     entries.append({"layer": layer, "m": m, "n": n, "k": k, "dtype": t, "activation": act,
-                                    "config": asdict(config), "key": config.key, **kb.describe(), "scratch": kb.scratch_bytes})
+                                    "config": asdict(config), "key": config.key, **kb.describe(), "scratch": kb.scratch_bytes,
+                                    "tiles": ck.output_tiles(spec, config), "workspace": ck.workspace_bytes(spec, config)})
             print(f"{t} {layer}: {len(entries)} kernels so far", file=sys.stderr, flush=True)
         (out / f"sweep-{'odd' if odd else 'models' if models else t}.json").write_text(json.dumps(entries, indent=0))
 
@@ -509,10 +526,16 @@ def sweep_run(folder: Path, out: Path, deadline: float) -> None:
                 mod, fn = drv.load((folder / "cubins" / f"{e['kernel']}.cubin").read_bytes(), e["kernel"], e["shared_bytes"])
                 scratch = torch.zeros(max(e["scratch"] * e["grid"], 16), dtype=torch.uint8, device="cuda")
                 profile = torch.zeros(16, dtype=torch.uint8, device="cuda")
-                # x fills the unused bias and residual slots, as in the IREE dispatch
-                launch = drv.launcher(fn, e["grid"], e["threads"], e["shared_bytes"],
-                                      [x.data_ptr(), w.data_ptr(), x.data_ptr(), x.data_ptr(), y.data_ptr(), scratch.data_ptr(),
-                                       profile.data_ptr()], stream_of)
+                # x fills the unused bias and residual slots, as in the IREE dispatch; split-K also takes its
+                # counters (after the inputs) and its workspace (after y), and is timed with the fill of its
+                # counters that IREE runs before each call
+                split = e["config"].get("kind") == "splitk"
+                counters = torch.zeros(max(e.get("tiles", 0), 4), dtype=torch.int32, device="cuda")
+                workspace = torch.empty(max(e.get("workspace", 0), 16), dtype=torch.uint8, device="cuda")
+                ptrs = [x.data_ptr(), w.data_ptr(), x.data_ptr(), x.data_ptr()] + ([counters.data_ptr()] if split else []) + \
+                    [y.data_ptr()] + ([workspace.data_ptr()] if split else []) + [scratch.data_ptr(), profile.data_ptr()]
+                kernel = drv.launcher(fn, e["grid"], e["threads"], e["shared_bytes"], ptrs, stream_of)
+                launch = (lambda kernel=kernel, counters=counters: (counters.zero_(), kernel())) if split else kernel
                 y.fill_(float("nan"))
                 launch()
                 torch.cuda.synchronize()
@@ -582,12 +605,15 @@ def main() -> None:
     sb.add_argument("--only", default="", help="layers whose name contains this")
     sb.add_argument("--odd", action="store_true", help="the SWEEP_ODD shapes instead of the goal's")
     sb.add_argument("--models", action="store_true", help="the MODEL_SHAPES (the e2e models' M) instead of the goal's")
+    sb.add_argument("--kinds", default="", help="only configs of these kernel kinds (tiles, persistent, pointers, splitk)")
+    sb.add_argument("--ms", default="", help="only these M, comma-separated")
     sr = sub.add_parser("sweep-run"); sr.add_argument("folder", type=Path); sr.add_argument("--out", type=Path, required=True)
     sr.add_argument("--deadline", type=float, default=300)
     sp = sub.add_parser("sweep-report"); sp.add_argument("results", type=Path)
     a = p.parse_args()
     if a.cmd == "sweep-build":
-        sweep_build(a.out, a.dtypes.split(","), a.only, a.odd, a.models)
+        sweep_build(a.out, a.dtypes.split(","), a.only, a.odd, a.models, tuple(filter(None, a.kinds.split(","))),
+                    tuple(int(m) for m in a.ms.split(",") if m))
     elif a.cmd == "sweep-run":
         sweep_run(a.folder, a.out, a.deadline)
     elif a.cmd == "sweep-report":

@@ -142,10 +142,41 @@ def test_dispatch_function_is_one_extern_dispatch_with_the_kernel_abi():
     assert f"tensor<{kb.scratch_bytes * kb.grid}xi8>" in text  # Triton's global scratch (TMA descriptors)
 
 
+def test_split_config_is_validated():
+    assert ck.TileConfig(64, 64, 64, 4, 4, kind="splitk", split=4).key == "64x64x64w4s4sk4"
+    with pytest.raises(CompileError, match="split=4 with kind 'pointers'"):
+        ck.TileConfig(64, 64, 64, 4, 4, kind="pointers", split=4)
+    with pytest.raises(CompileError, match="split=1 with kind 'splitk'"):
+        ck.TileConfig(64, 64, 64, 4, 4, kind="splitk")
+    with pytest.raises(CompileError, match="unknown linear kernel kind 'tma'"):
+        ck.TileConfig(64, 64, 64, 4, 4, kind="tma")
+
+
+@needs_triton
+def test_split_k_dispatch_takes_zero_counters_in_place_and_a_workspace():
+    spec = ck.LinearSpec(128, 768, 3072, "f16", "none", True, "f32", True)
+    config = ck.TileConfig(64, 64, 64, 4, 4, kind="splitk", split=4)
+    kb = ck.build_linear(spec, config)
+    assert kb.grid == 2 * 12 * 4 and ck.output_tiles(spec, config) == 24
+    assert "atom.global.gpu.acq_rel.add.u32" in kb.ptx  # the count releases the partials (and acquires the others')
+    assert "atom.global.gpu.relaxed.exch.b32" in kb.ptx  # the last program sets it back to zero
+    text = ck.dispatch_function("fn", kb)
+    assert "%counters = arith.constant dense<0> : tensor<24xi32>" in text
+    assert '"hal.dispatch.extern"(%x_t, %w_t, %b_t, %r_t, %counters)' in text
+    # y, the workspace (24 tiles x 4 parts x 64 x 64 fp32), the counters written in place of input 4
+    assert f"-> (tensor<128x768xf16>, tensor<{24 * 4 * 64 * 64}xf32>, tensor<24xi32>, " in text
+    assert "tied_operands = [-1 : index, -1 : index, 4 : index, -1 : index, -1 : index]" in text
+    # bindings: x w b r read-only, the counters read-write, then y, the workspace, the two scratch buffers
+    layout = text.split("bindings = [")[1].split("]>")[0]
+    assert layout.count("ReadOnly") == 4 and layout.count("#hal.pipeline.binding") == 9
+
+
 LINEAR_CASES = [  # (m, n, k, activation, bias, residual, kind): ragged tiles in M, F and K
     (100, 96, 72, "gelu_tanh", True, True, "tiles"), (100, 96, 72, "gelu_tanh", True, True, "pointers"),
     (70, 128, 64, "swiglu", False, True, "tiles"), (70, 128, 64, "swiglu", False, True, "pointers"),
     (33, 64, 128, "none", False, False, "persistent"),
+    # split-K: K = 200 in 7 steps of 32 over 3 programs (3, 3, 1); gated with K = 64 (2 steps: the third program has none)
+    (100, 96, 200, "gelu_tanh", True, True, "splitk"), (70, 128, 64, "swiglu", False, True, "splitk"),
 ]
 
 _INTERPRET_LINEAR = """
@@ -167,11 +198,18 @@ act = {"none": lambda v: v, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")
 torch.manual_seed(0)
 for m, n, k, activation, bias, residual, kind in CASES:
     spec = ck.LinearSpec(m, n, k, "f16", activation, bias, "", residual)
-    config = ck.TileConfig(64, 32, 32, 4, 2, kind=kind)
+    config = ck.TileConfig(64, 32, 32, 4, 2, kind=kind, split=3 if kind == "splitk" else 1)
     x, w = torch.randn(m, k).half(), (torch.randn(n, k) / k ** 0.5).half()
     b, r = torch.randn(n).half(), torch.randn(m, spec.out_features).half()
     y = torch.zeros(m, spec.out_features).half()
-    ck._kernel()[kind][(ck.grid_of(spec, config),)](x, w, b if bias else x, r if residual else x, y, **ck.constexprs(spec, config))
+    extra = {}
+    if kind == "splitk":  # the counters (zero), then y, then the partials' workspace: the binding order
+        counters = torch.zeros(ck.output_tiles(spec, config), dtype=torch.int32)
+        extra = dict(c_ptr=counters, ws_ptr=torch.full((ck.workspace_bytes(spec, config) // 4,), float("nan")))
+    ck._kernel()[kind][(ck.grid_of(spec, config),)](x, w, b if bias else x, r if residual else x, y_ptr=y, **extra,
+                                                    **ck.constexprs(spec, config))
+    if kind == "splitk":
+        assert not counters.any(), counters  # every tile's last program set its count back to zero
     z = x.float() @ w.float().T + (b.float() if bias else 0)
     z = F.silu(z[:, :n // 2]) * z[:, n // 2:] if activation == "swiglu" else act[activation](z)
     ref = z + (r.float() if residual else 0)
