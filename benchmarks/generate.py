@@ -61,7 +61,8 @@ def entries(model, batch, context, new_tokens, args):
     if "baseline" in args.backends:  # the same model compiled for --baseline-target (A/B of a target option)
         start = time.perf_counter()
         base = cuvil_mlir.compile_causal_lm(model.cpu(), max_seq_len=context + new_tokens, batch=batch,
-                                            prefill_len=sorted({min(n, context) for n in args.prefill_len}), target=args.baseline_target)
+                                            prefill_len=sorted({min(n, context) for n in args.baseline_prefill_len or args.prefill_len}),
+                                            target=args.baseline_target)
         info["cuvil_baseline_compile_s"] = round(time.perf_counter() - start, 1)
         out["cuvil_baseline"] = cuvil_generate(base, base.device_greedy)
     model = model.to(dev)
@@ -161,8 +162,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--backends", default="cuvil,host_loop,eager,compile",
                    help="of cuvil, host_loop (the cuvil module with each token through the host), baseline "
-                        "(cuvil compiled for --baseline-target), eager, compile")
+                        "(cuvil compiled for --baseline-target and --baseline-prefill-len), eager, compile")
     p.add_argument("--baseline-target", default="cpu{data-tiling=false}", help="the target of the baseline entry")
+    p.add_argument("--baseline-prefill-len", type=lambda v: [int(n) for n in v.split(",")], default=None,
+                   help="the baseline entry's prefill chunk size(s) (default: --prefill-len's)")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode (default: its default; reduce-overhead on a GPU)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--target", default="cpu")

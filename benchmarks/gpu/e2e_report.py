@@ -64,9 +64,13 @@ def load(dirs: list[Path]) -> dict:
             r = json.loads(f.read_text())
             r["file"] = f"{d.name}/{f.name}"
             runs.append(r)
+            # a run with more runtime flags (e2e_device.sh ALT_FLAGS) is a variant of its own: "cuvil_h200_td
+            # [--cuda_use_streams=false]"
+            extra = " ".join(f for f in r.get("bench_flags", []) if not f.startswith(("--benchmark_", "--device_allocator", "--function")))
             for name, c in r["cases"].items():
                 dst = cases.setdefault(name, {"model": c["model"], "batch": c["batch"], "iree": {}, "torch": {}})
                 for v, row in c["iree"].items():
+                    v = f"{v} [{extra}]" if extra else v
                     if v not in dst["iree"] or dst["iree"][v].get("status") != "measured":
                         dst["iree"][v] = row
                 for mode, t in (c.get("torch") or {}).items():
