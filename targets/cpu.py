@@ -14,9 +14,10 @@ from .base import Target, decomposed_attention
 _STACK_LIMIT = 262144
 
 # IREE's CPU attention kernel is far slower than attention written out (targets/base.py);
-# linears' out features padded to whole AVX-512 vectors of f32, their inputs flattened to 2-D
-# (no broadcast weight for data tiling to pack; lower_cuvil_to_torch.linear)
-STAGES, FALLBACKS = decomposed_attention("pad_rows=16 flatten=true")
+# a long causal attention written out per block of 128 queries (half the products, small score
+# tensors); linears' out features padded to whole AVX-512 vectors of f32, their inputs flattened
+# to 2-D (no broadcast weight for data tiling to pack; lower_cuvil_to_torch.linear)
+STAGES, FALLBACKS = decomposed_attention("pad_rows=16 flatten=true causal_block=128")
 
 _CPU_NAME = re.compile(r"^[a-z0-9][a-z0-9_.+-]*$")
 

@@ -35,6 +35,10 @@ class LowerCuvilToTorchOptions:
 
     attention: Literal["sdpa", "decomposed"] = "sdpa"
     pad_rows: int = 0  # a linear's out features (from PAD_FROM_ROWS on) padded to a multiple of this (0: never)
+    # decomposed causal attention over more queries than this, static and as many as keys: one
+    # attention per block of this many queries over the keys up to its end (0: never; see
+    # ``_causal_blocks``)
+    causal_block: int = 0
     flatten: bool = False  # a linear's input of rank > 2 viewed as [rows, K] (see ``linear``)
 
 
@@ -220,7 +224,7 @@ def _single_query(op) -> bool:
     return q.rank == 4 and q.shape[-2] == 1 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and not (causal and k.shape[-2] < 0)
 
 
-def attention_decomposed(op, rewriter):
+def attention_decomposed(op, rewriter, options):
     """cuvil.attention(q, k, v, mask) -> matmul(softmax(matmul(q, kᵀ) · scale + mask), v)"""
     q, k = info(op.q), info(op.k)
     causal = ir.BoolAttr(op.attributes["is_causal"]).value
@@ -229,18 +233,56 @@ def attention_decomposed(op, rewriter):
         return None  # the causal mask is built with static sizes; keep the op for the sdpa lowering
     if _single_query(op):
         return _single_query_attention(op, causal)
-    scores_type = vtensor_type([*q.shape[:-1], source], q.dtype)
-    kt = build("torch.aten.transpose.int", [op.k, torch_int(-2), torch_int(-1)], vtensor_type([*k.shape[:-2], k.shape[-1], source], k.dtype))
-    scores = _batched_matmul(op.q, kt, scores_type)
-    scores = build("torch.aten.mul.Scalar", [scores, torch_float(ir.FloatAttr(op.attributes["scale"]).value)], scores_type)
-    if op.mask is not None:
-        scores = _apply_mask(scores, op.mask, scores_type)
-    if causal:
-        scores = build("torch.aten.where.ScalarOther", [_causal_keep_mask(length, source), scores, torch_float(float("-inf"))], scores_type)
+    block = options.causal_block
+    if causal and op.mask is None and block and length == source > block and all(d >= 0 for d in q.shape):
+        return optimization_barrier(_causal_blocks(op, block))
     # IREE would fold a transpose of the output (HF's attn_output.transpose(1, 2)) into the
     # batched matmul, and llvm-cpu's code for that form is 2-5x slower than the matmul plus a
     # separate transpose (benchmarks/iree_cpu/README.md): the barrier keeps them apart
-    return optimization_barrier(_batched_matmul(_softmax(scores), op.v, op.result.type))
+    return optimization_barrier(_written_out_attention(op, op.q, op.k, op.v, op.mask, causal, 0, op.result.type))
+
+
+def _written_out_attention(op, q, k, v, mask, causal: bool, offset: int, result_type):
+    """softmax(q · kᵀ · scale + mask) · v; ``causal``: query i (at position offset + i) keeps
+    keys 0 .. offset + i."""
+    tq, tk = info(q), info(k)
+    length, source = tq.shape[-2], tk.shape[-2]
+    scores_type = vtensor_type([*tq.shape[:-1], source], tq.dtype)
+    kt = build("torch.aten.transpose.int", [k, torch_int(-2), torch_int(-1)], vtensor_type([*tk.shape[:-2], tk.shape[-1], source], tk.dtype))
+    scores = _batched_matmul(q, kt, scores_type)
+    scores = build("torch.aten.mul.Scalar", [scores, torch_float(ir.FloatAttr(op.attributes["scale"]).value)], scores_type)
+    if mask is not None:
+        scores = _apply_mask(scores, mask, scores_type)
+    if causal:
+        keep = _causal_keep_mask(length, source, offset)
+        scores = build("torch.aten.where.ScalarOther", [keep, scores, torch_float(float("-inf"))], scores_type)
+    return _batched_matmul(_softmax(scores), v, result_type)
+
+
+def _causal_blocks(op, block: int):
+    """Causal attention of L queries over L keys as ceil(L / block) attentions: the queries of
+    block j (positions j*block ..) over the keys 0 .. its last position, each with its own
+    causal mask, the results concatenated. Half the products of the [L, L] form (the keys
+    after a block are never multiplied) and score tensors of [block, <= L]: a long prefill
+    chunk on the CPU (GPT-2, a 2048-token chunk: 12 x 2048 x 2048 fp32 scores per layer in
+    the [L, L] form)."""
+    q, v = info(op.q), info(op.v)
+    length = q.shape[-2]
+    dim = torch_int(q.rank - 2)
+
+    def rows(x, start, stop):
+        t = info(x)
+        return build("torch.aten.slice.Tensor", [x, dim, torch_int(start), torch_int(stop), torch_int(1)],
+                     vtensor_type([*t.shape[:-2], stop - start, t.shape[-1]], t.dtype))
+
+    parts = []
+    for start in range(0, length, block):
+        stop = min(start + block, length)
+        out_type = vtensor_type([*q.shape[:-2], stop - start, v.shape[-1]], info(op.result).dtype)
+        parts.append(_written_out_attention(op, rows(op.q, start, stop), rows(op.k, 0, stop), rows(op.v, 0, stop), None,
+                                            True, start, out_type))
+    listed = build("torch.prim.ListConstruct", parts, ir.Type.parse("!torch.list<vtensor>"))
+    return build("torch.aten.cat", [listed, dim], op.result.type)
 
 
 def _single_query_attention(op, causal: bool):
@@ -308,11 +350,12 @@ def _batched_matmul(a, b, result_type):
     return build("torch.aten.view", [y3, torch_int_list([*batch, ta.shape[-2], tb.shape[-1]])], result_type)
 
 
-def _causal_keep_mask(length: int, source: int):
+def _causal_keep_mask(length: int, source: int, offset: int = 0):
     """A constant [L, S] boolean mask, true on and below the diagonal (top-left aligned, as
-    torch's is_causal). A literal rather than ones+tril: tril's index arithmetic needs 64-bit
-    integers, which some Vulkan targets lack."""
-    keep = np.tril(np.ones((length, source), dtype=bool))
+    torch's is_causal), shifted right by ``offset`` (queries at positions offset ..). A literal
+    rather than ones+tril: tril's index arithmetic needs 64-bit integers, which some Vulkan
+    targets lack."""
+    keep = np.tril(np.ones((length, source), dtype=bool), k=offset)
     attr = ir.DenseElementsAttr.get(keep, type=ir.RankedTensorType.get([length, source], ir.IntegerType.get_signless(1)))
     return build("torch.vtensor.literal", [], vtensor_type([length, source], "i1"), {"value": attr})
 

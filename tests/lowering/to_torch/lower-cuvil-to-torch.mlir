@@ -2,6 +2,7 @@
 // RUN: cuvil-opt %s -p 'lower-cuvil-to-torch{attention=decomposed}' --split-input-file | FileCheck %s --check-prefix=DECOMP
 // RUN: cuvil-opt %s -p 'lower-cuvil-to-torch{pad_rows=16}' --split-input-file | FileCheck %s --check-prefix=ROWS
 // RUN: cuvil-opt %s -p 'lower-cuvil-to-torch{flatten=true}' --split-input-file | FileCheck %s --check-prefix=FLAT
+// RUN: cuvil-opt %s -p 'lower-cuvil-to-torch{attention=decomposed causal_block=2}' --split-input-file | FileCheck %s --check-prefix=BLOCK
 
 // Every Cuvil op becomes torch ops that IREE's torch input pipeline compiles; no cuvil op is left.
 
@@ -280,6 +281,21 @@ func.func @conv2d_activations(%x: !torch.vtensor<[1,2,4,4],f32>, %w: !torch.vten
 // DECOMP-NEXT:    %[[B:[0-9]+]] = torch.operator "util.optimization_barrier"(%[[O]]) : (!torch.vtensor<[1,2,5,16],f32>) -> !torch.vtensor<[1,2,5,16],f32>
 // DECOMP-NEXT:    return %[[B]]
 // DECOMP-NOT:     scaled_dot_product_attention
+// causal_block=2: 5 queries as blocks of 2, 2 and 1, each over the keys up to its last position
+// (2, 4, 5), with the keep mask shifted by the block's start; the results concatenated along the
+// queries, then the barrier.
+// BLOCK-LABEL: func.func @attention_causal_without_mask
+// BLOCK-DAG:     torch.vtensor.literal(dense<{{\[\[}}true, false], [true, true]]> : tensor<2x2xi1>)
+// BLOCK-DAG:     torch.vtensor.literal(dense<{{\[\[}}true, true, true, false], [true, true, true, true]]> : tensor<2x4xi1>)
+// BLOCK-DAG:     torch.vtensor.literal(dense<true> : tensor<1x5xi1>)
+// BLOCK:         torch.aten.softmax.int {{.*}} -> !torch.vtensor<[1,2,2,2],f32>
+// BLOCK:         torch.aten.softmax.int {{.*}} -> !torch.vtensor<[1,2,2,4],f32>
+// BLOCK:         torch.aten.softmax.int {{.*}} -> !torch.vtensor<[1,2,1,5],f32>
+// BLOCK:         %[[L:[0-9]+]] = torch.prim.ListConstruct {{.*}} : (!torch.vtensor<[1,2,2,16],f32>, !torch.vtensor<[1,2,2,16],f32>, !torch.vtensor<[1,2,1,16],f32>) -> !torch.list<vtensor>
+// BLOCK-NEXT:    %[[C:[0-9]+]] = torch.aten.cat %[[L]], {{.*}} -> !torch.vtensor<[1,2,5,16],f32>
+// BLOCK-NEXT:    torch.operator "util.optimization_barrier"(%[[C]])
+// BLOCK-LABEL: func.func @attention_with_mask
+// BLOCK-NOT:     torch.aten.cat
 // CHECK-LABEL: func.func @attention_causal_without_mask
 // CHECK-SAME:    (%[[Q:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[K:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>, %[[V:[a-z0-9]+]]: !torch.vtensor<[1,2,5,16],f32>)
 // CHECK-DAG:     %[[NONE:.+]] = torch.constant.none
