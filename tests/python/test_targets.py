@@ -224,7 +224,7 @@ def test_no_name_sends_sm_90_to_iree_vulkan():
         assert "--iree-vulkan-target=sm_90" not in parse_target(f"vulkan:{name}").iree_flags()
 
 
-@pytest.mark.parametrize("spec,extra", [("vulkan", ""), ("cpu", " pad_rows=16 flatten=true")])
+@pytest.mark.parametrize("spec,extra", [("vulkan", ""), ("cpu", " pad_rows=16 flatten=true causal_block=128")])
 def test_vulkan_and_cpu_lower_attention_decomposed_first(spec, extra):
     passes = [[p for _, ps in stages for p in ps] for stages in parse_target(spec).variants()]
     assert [p for p in passes[0] if p.startswith("lower-cuvil-to-torch")] == [f"lower-cuvil-to-torch{{attention=decomposed{extra}}}"]
