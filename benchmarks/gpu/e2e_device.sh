@@ -76,14 +76,14 @@ if [ "$PART" = 1 ]; then
   TORCH_MODES=$TORCH_MODES1 measure 160 --name e2e-part1 --cases $CASES --variants $VARIANTS1
   # the same modules under other IREE runtime flags (ALT_FLAGS, e.g. --cuda_use_streams=false: CUDA graphs)
   [ -n "${ALT_FLAGS:-}" ] && IREE_BENCH_FLAGS="$ALT_FLAGS" measure 120 --name e2e-part1-alt --no-torch --cases $CASES --variants $VARIANTS1
-  profile 100 $PROFILES1
+  profile 100 "$PROFILES1"
   # what the kernels alone change (the target description without them), if time is left
   [ -n "$VARIANTS2" ] && measure 5 --name e2e-part1-tdoff --no-torch --cases $CASES --variants $VARIANTS2
 elif [ "$PART" = 2 ]; then
   TORCH_MODES=$TORCH_MODES2 measure 300 --name e2e-part2 --no-iree --cases $CASES
   [ -n "$MAX_AUTOTUNE" ] && TORCH_MODES=compile_max_autotune TORCH_MAX_AUTOTUNE=$MAX_AUTOTUNE \
     measure 45 --name e2e-part2-autotune --no-iree --cases $MAX_AUTOTUNE
-  profile 5 $PROFILES2
+  profile 5 "$PROFILES2"
   measure 5 --name e2e-part2-tdoff --no-torch --cases $CASES --variants $VARIANTS2   # only if part 1 had no time for it
 else
   echo "part $PART: expected 1 or 2"; exit 2

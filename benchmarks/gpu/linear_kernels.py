@@ -529,7 +529,7 @@ def sweep_run(folder: Path, out: Path, deadline: float) -> None:
                 # x fills the unused bias and residual slots, as in the IREE dispatch; split-K also takes its
                 # counters (after the inputs) and its workspace (after y), and is timed with the fill of its
                 # counters that IREE runs before each call
-                split = e["config"].get("kind") == "splitk"
+                split = e["key"].rstrip("0123456789").endswith("sk")  # kind splitk (TileConfig.key ends in sk<split>)
                 counters = torch.zeros(max(e.get("tiles", 0), 4), dtype=torch.int32, device="cuda")
                 workspace = torch.empty(max(e.get("workspace", 0), 16), dtype=torch.uint8, device="cuda")
                 ptrs = [x.data_ptr(), w.data_ptr(), x.data_ptr(), x.data_ptr()] + ([counters.data_ptr()] if split else []) + \

@@ -65,10 +65,13 @@ def test_shipped_table_covers_every_linear():
                  _spec(4096, 16384, 2048, "swiglu"), _spec(77, 2816, 512, "swiglu"), _spec()):
         config = ck.select_config(spec)
         assert config is not None and config.bm in (16, 64, 128) and config.warps in (4, 8)
-        assert config.kind in ("tiles", "persistent", "pointers")
+        assert config.kind in ck.KINDS
     assert ck.select_config(_spec(4096, 16384, 2048, "swiglu")).bn == 128  # gated: two accumulators
     decode = ck.select_config(_spec(1, 2048, 2048))
     assert decode.bm == 16 and decode.kind == "pointers"  # decode rows: 16-row tiles, pointer loads
+    # a long K over few tiles: split-K (GPT-2's MLP c_proj at T=128, Llama-1B's down_proj decoding)
+    assert ck.select_config(_spec(128, 768, 3072)).split == 4
+    assert ck.select_config(_spec(1, 2048, 8192)).split == 8 and ck.select_config(_spec(16, 2048, 8192)).split == 4
     large = ck.select_config(_spec())
     assert large.kind == "persistent" and large.subtile and ck.grid_of(_spec(), large) == ck.SMS
 
