@@ -287,21 +287,24 @@ def _kernel():
                               GATED: tl.constexpr):
         # pointer loads (cp.async pipelining) instead of TMA descriptors; rows past M or F read
         # a valid row (modulo) and are not stored; K past its end is masked only when ragged
-        pid = tl.program_id(0)
+        rm, rn, rk, xp, wp = _pointer_tile(x_ptr, w_ptr, tl.program_id(0), M, K, F, BM, BN, BK, GROUP)
+        acc, up = _pointer_loop(xp, wp, rk, 0, tl.cdiv(K, BK), K, F, BM, BN, BK, GATED)
+        _pointer_epilogue(acc, up, b_ptr, r_ptr, y_ptr, rm, rn, M, F, HAS_BIAS, HAS_RES, ACT, GATED)
+
+    @triton.jit
+    def _pointer_tile(x_ptr, w_ptr, tile, M: tl.constexpr, K: tl.constexpr, F: tl.constexpr, BM: tl.constexpr,
+                      BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+        # output tile ``tile`` (grouped along M for L2 reuse of W): its rows, columns, the K offsets
+        # of one step, and the pointers of its first x and W blocks
         num_m = tl.cdiv(M, BM)
         num_n = tl.cdiv(F, BN)
         width = GROUP * num_n
-        first = (pid // width) * GROUP
+        first = (tile // width) * GROUP
         size = min(num_m - first, GROUP)
-        pm = first + (pid % width) % size
-        pn = (pid % width) // size
-        rm = pm * BM + tl.arange(0, BM)
-        rn = pn * BN + tl.arange(0, BN)
+        rm = (first + (tile % width) % size) * BM + tl.arange(0, BM)
+        rn = ((tile % width) // size) * BN + tl.arange(0, BN)
         rk = tl.arange(0, BK)
-        xp = x_ptr + (rm % M)[:, None] * K + rk[None, :]
-        wp = w_ptr + (rn % F)[:, None] * K + rk[None, :]
-        acc, up = _pointer_loop(xp, wp, rk, 0, tl.cdiv(K, BK), K, F, BM, BN, BK, GATED)
-        _pointer_epilogue(acc, up, b_ptr, r_ptr, y_ptr, rm, rn, M, F, HAS_BIAS, HAS_RES, ACT, GATED)
+        return rm, rn, rk, x_ptr + (rm % M)[:, None] * K + rk[None, :], w_ptr + (rn % F)[:, None] * K + rk[None, :]
 
     @triton.jit
     def _pointer_loop(xp, wp, rk, first, last, K: tl.constexpr, F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
@@ -359,20 +362,9 @@ def _kernel():
         pid = tl.program_id(0)
         tile = pid // SPLIT
         part = pid % SPLIT
-        num_m = tl.cdiv(M, BM)
-        num_n = tl.cdiv(F, BN)
-        width = GROUP * num_n
-        first = (tile // width) * GROUP
-        size = min(num_m - first, GROUP)
-        pm = first + (tile % width) % size
-        pn = (tile % width) // size
-        rm = pm * BM + tl.arange(0, BM)
-        rn = pn * BN + tl.arange(0, BN)
-        rk = tl.arange(0, BK)
+        rm, rn, rk, xp, wp = _pointer_tile(x_ptr, w_ptr, tile, M, K, F, BM, BN, BK, GROUP)
         steps = tl.cdiv(K, BK)
         per = tl.cdiv(steps, SPLIT)
-        xp = x_ptr + (rm % M)[:, None] * K + rk[None, :]
-        wp = w_ptr + (rn % F)[:, None] * K + rk[None, :]
         acc, up = _pointer_loop(xp, wp, rk, part * per, min(part * per + per, steps), K, F, BM, BN, BK, GATED)
         PARTS: tl.constexpr = 2 if GATED else 1
         cell = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
