@@ -57,3 +57,25 @@ def test_attention_lowering_matches_torch(kind, attention):
     with torch.no_grad():
         ref = model(*args).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("length,blocked", [(13, True), (4, False)])
+def test_causal_blocks_match_torch(length, blocked):
+    """decomposed with causal_block=4: 13 causal queries become blocks of 4, 4, 4 and 1, each over
+    the keys up to its last position (concatenated: aten.cat), with torch's numbers; 4 queries
+    (not more than a block) keep the one [L, L] form."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, length, 16), torch.randn(1, 2, length, 16), torch.randn(1, 2, length, 8)
+    model = Attention("causal").eval()
+    ctx = make_context()
+    module = fx.import_program(fx.to_exported_program(model, (q, k, v, v)), ctx)
+    registry = builtin_registry()
+    passes = ["raise-torch-to-cuvil", "lower-cuvil-to-torch{attention=decomposed causal_block=4}", "verify-no-cuvil"]
+    run_pipeline(module, [registry.get(p) for p in passes])
+    assert ("torch.aten.cat" in str(module)) == blocked
+    target = parse_target("cpu")
+    session = Session(iree.compile_to_vmfb(module, target.iree_flags()), target.driver)
+    (got,) = session.invoke("main", [a.numpy() for a in (q, k, v, v)])
+    with torch.no_grad():
+        ref = model(q, k, v, v).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
