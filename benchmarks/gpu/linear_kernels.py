@@ -418,7 +418,7 @@ def sweep_build(out: Path, dtypes: list[str], only: str = "", odd: bool = False,
                         continue
                     shutil.copyfile(kb.cubin_path, out / "cubins" / f"{kb.name}.cubin")
                     entries.append({"layer": layer, "m": m, "n": n, "k": k, "dtype": t, "activation": act,
-                                    "config": asdict(config), "key": config.key, **kb.describe(), "scratch": kb.scratch_bytes,
+                                    **kb.describe(), "config": asdict(config), "key": config.key, "scratch": kb.scratch_bytes,
                                     "tiles": ck.output_tiles(spec, config), "workspace": ck.workspace_bytes(spec, config)})
             print(f"{t} {layer}: {len(entries)} kernels so far", file=sys.stderr, flush=True)
         (out / f"sweep-{'odd' if odd else 'models' if models else t}.json").write_text(json.dumps(entries, indent=0))
@@ -529,7 +529,7 @@ def sweep_run(folder: Path, out: Path, deadline: float) -> None:
                 # x fills the unused bias and residual slots, as in the IREE dispatch; split-K also takes its
                 # counters (after the inputs) and its workspace (after y), and is timed with the fill of its
                 # counters that IREE runs before each call
-                split = e["key"].rstrip("0123456789").endswith("sk")  # kind splitk (TileConfig.key ends in sk<split>)
+                split = e["config"]["kind"] == "splitk"
                 counters = torch.zeros(max(e.get("tiles", 0), 4), dtype=torch.int32, device="cuda")
                 workspace = torch.empty(max(e.get("workspace", 0), 16), dtype=torch.uint8, device="cuda")
                 ptrs = [x.data_ptr(), w.data_ptr(), x.data_ptr(), x.data_ptr()] + ([counters.data_ptr()] if split else []) + \
