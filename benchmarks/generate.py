@@ -49,21 +49,22 @@ def entries(model, batch, context, new_tokens, args):
 
     out, info = {}, {}
     dev = torch.device(args.device)
-    if "cuvil" in args.backends:
+
+    def compile_lm(target, prefill_lens, name):  # the prefill chunk sizes cut to the context, the compile timed
         start = time.perf_counter()
         lm = cuvil_mlir.compile_causal_lm(model.cpu(), max_seq_len=context + new_tokens, batch=batch,
-                                          prefill_len=sorted({min(n, context) for n in args.prefill_len}), target=args.target)
-        info["cuvil_compile_s"] = round(time.perf_counter() - start, 1)
+                                          prefill_len=sorted({min(n, context) for n in prefill_lens}), target=target)
+        info[f"{name}_compile_s"] = round(time.perf_counter() - start, 1)
+        return lm
+
+    if "cuvil" in args.backends:
+        lm = compile_lm(args.target, args.prefill_len, "cuvil")
         info["cuvil_vmfb_bytes"] = len(lm.modules[0].vmfb)
         out["cuvil"] = cuvil_generate(lm, lm.device_greedy)
         if lm.device_greedy and "host_loop" in args.backends:  # the same module, each greedy token read back,
             out["cuvil_host_loop"] = cuvil_generate(lm, False)  # chosen on the host and uploaded (A/B)
     if "baseline" in args.backends:  # the same model compiled for --baseline-target (A/B of a target option)
-        start = time.perf_counter()
-        base = cuvil_mlir.compile_causal_lm(model.cpu(), max_seq_len=context + new_tokens, batch=batch,
-                                            prefill_len=sorted({min(n, context) for n in args.baseline_prefill_len or args.prefill_len}),
-                                            target=args.baseline_target)
-        info["cuvil_baseline_compile_s"] = round(time.perf_counter() - start, 1)
+        base = compile_lm(args.baseline_target, args.baseline_prefill_len or args.prefill_len, "cuvil_baseline")
         out["cuvil_baseline"] = cuvil_generate(base, base.device_greedy)
     model = model.to(dev)
     if "eager" in args.backends:
