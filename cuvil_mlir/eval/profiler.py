@@ -421,7 +421,7 @@ def profile_compiled(compiled, inputs=None, *, repetitions: int = 10, iterations
     ``decode``) at ``position`` (default: its last, the longest cache read) with a zero cache."""
     from cuvil_mlir.eval.measure import random_array
     from cuvil_mlir.runtime.arrays import to_numpy
-    from cuvil_mlir.runtime.generation import CausalLM
+    from cuvil_mlir.runtime.generation import CausalLM, is_first_chunk
     from cuvil_mlir.runtime.signature import as_signature
     from cuvil_mlir.targets import parse_target
 
@@ -430,7 +430,7 @@ def profile_compiled(compiled, inputs=None, *, repetitions: int = 10, iterations
     if isinstance(compiled, CausalLM):
         function = function or "decode"
         arrays = compiled.step_arguments(function, position, inputs[0] if inputs else None)
-        model = f"{model} {function}" + ("" if function.startswith("prefill_first") else f" at position {int(arrays[1][0])}")
+        model = f"{model} {function}" + ("" if is_first_chunk(function) else f" at position {int(arrays[1][0])}")
     else:
         if function not in (None, compiled.metadata.get("function", "main")) or position is not None:
             raise InputError("--function and --position profile one step of a causal LM's package "

@@ -271,7 +271,7 @@ class CausalLM(CompiledModel):
         if function not in self.functions:
             raise InputError(f"this package has no function '{function}'; it has {', '.join(self.functions)}")
         length = 1 if function == "decode" else self.chunk_of[function]
-        if function.startswith("prefill_first"):
+        if is_first_chunk(function):
             if position not in (None, 0):
                 raise InputError(f"prefill_first runs at position 0, got position {position}")
         else:
@@ -347,11 +347,17 @@ def prefill_names(size: int, smallest: int) -> tuple[str, str]:
     return f"prefill_first{suffix}", f"prefill{suffix}"
 
 
+def is_first_chunk(function: str) -> bool:
+    """Whether ``function`` is a ``prefill_first`` of some chunk size (it runs at position 0 and
+    takes no position)."""
+    return function.startswith("prefill_first")
+
+
 def _step_inputs(function: str, ids: np.ndarray, position: int, last: int) -> list[np.ndarray]:
     """A step's inputs before the cache: the token ids, the position (not for ``prefill_first``,
     which runs at 0) and the index of the token whose logits come back."""
     index = [np.array([last], np.int64)]
-    return [ids, *index] if function.startswith("prefill_first") else [ids, np.array([position], np.int64), *index]
+    return [ids, *index] if is_first_chunk(function) else [ids, np.array([position], np.int64), *index]
 
 
 def _as_list(value) -> list[int]:
